@@ -1,0 +1,36 @@
+# make sft   : create .venv if missing, install, train the embedded default (tiny model, sample corpora, CPU)
+# make test  : create .venv if missing, install, run the whole test suite (CI's .ci/run calls this)
+# make bench : the benchmarks in bench/, each against its baseline, side by side
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+ACCELERATE_CONFIG ?= configs/accelerate/cpu.yaml
+ARGS ?=
+PYTEST_ARGS ?=
+# torch==2.13.0 is the CPU build where there is no GPU, so pip never resolves a multi-GB CUDA build here.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
+comma := ,
+
+.PHONY: setup sft test bench clean
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed; set PYTHON=python3.11"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+sft: setup
+	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/sft.py $(ARGS)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/sft_throughput.py
+
+clean:
+	rm -rf outputs wandb bench/results

@@ -1,0 +1,58 @@
+"""Supervised fine-tuning of a terminal agent on multi-turn agent chats.
+
+    accelerate launch [--config_file configs/accelerate/zero3.yaml] recipes/sft.py [--config configs/sft/X.yaml] [--key value ...]
+
+With no --config it trains the embedded default (configs/sft/tiny.yaml): a tiny Qwen3 built offline, the
+sample corpora in data/, CPU, W&B offline. The loss covers every assistant turn and nothing else; records
+longer than max_length are truncated by whole turns or dropped, and counted; a run resumes from the last
+complete checkpoint in output_dir.
+"""
+
+import time
+from pathlib import Path
+
+from accelerate import PartialState
+from transformers import AutoTokenizer
+from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+
+from trainers.checkpoints import last_complete_checkpoint
+from trainers.cli import exit_on_user_error, parse_config
+from trainers.corpus import CorpusArguments, build_sft_corpus
+from trainers.summary import build_summary, print_summary, write_summary
+from trainers.tiny_model import resolve_model
+from trainers.token_accounting import CountingCollator
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny.yaml"
+
+
+@exit_on_user_error
+def main():
+    corpus_args, training_args, model_args = parse_config((CorpusArguments, SFTConfig, ModelConfig), DEFAULT_CONFIG)
+    state = PartialState()
+
+    with state.main_process_first():  # the main process builds the tiny model (if asked for) before the others
+        model_path = resolve_model(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    corpus = build_sft_corpus(corpus_args, tokenizer, training_args.max_length, show_progress=state.is_main_process)
+
+    training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
+                                       "attn_implementation": model_args.attn_implementation,
+                                       **(training_args.model_init_kwargs or {})}
+    trainer = SFTTrainer(model=model_path, args=training_args, train_dataset=corpus.train, eval_dataset=corpus.eval,
+                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer.data_collator = counter = CountingCollator(trainer.data_collator, lambda: trainer.model.training)
+
+    resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+    started = time.monotonic()
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model()
+
+    summary = build_summary(trainer, corpus, counter.totals(trainer.accelerator), time.monotonic() - started, resume)
+    if trainer.is_world_process_zero():
+        print_summary(summary)
+        write_summary(summary)
+    trainer.end()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ACCELERATE = str(Path(sys.executable).parent / "accelerate")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> str:
+    from trainers.tiny_model import resolve_model
+
+    return resolve_model("builtin:tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+def chat_row(i: int, n_turns: int = 2, group: str | None = None) -> dict:
+    """A small valid tool-calling chat."""
+    messages = [{"role": "system", "content": "You are a terminal agent."},
+                {"role": "user", "content": f"Task {i}: find the failing unit in /srv/app{i}."}]
+    for t in range(n_turns):
+        call = f"call_{i}_{t}"
+        messages.append({"role": "assistant", "content": f"Step {t}: inspect.", "tool_calls": [
+            {"id": call, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls /srv/app{i}/{t}"})}}]})
+        messages.append({"role": "tool", "tool_call_id": call, "name": "bash", "content": f"unit{t}.service\nlog{t}.txt"})
+    messages.append({"role": "assistant", "content": f"The failing unit of app{i} is unit0."})
+    return {"messages": messages, "metadata": {"source_trajectory_uid": group or f"traj-{i}"}}
+
+
+def run(cmd, env=None, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, DS_ACCELERATOR="cpu", **(env or {}))
+    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def sft_command(*args, accelerate_config="configs/accelerate/cpu.yaml") -> list[str]:
+    return [ACCELERATE, "launch", "--config_file", accelerate_config, "--num_cpu_threads_per_process", "1",
+            "recipes/sft.py", *args]

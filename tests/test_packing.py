@@ -1,0 +1,97 @@
+"""Packing (BFD, padding-free) as the SFT recipe runs it: positions restart per record and a packed batch
+computes the same loss as its records run one by one, so nothing leaks across records."""
+
+import pytest
+import torch
+from conftest import chat_row
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl.data_utils import pack_dataset
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+from trainers.masking import tokenize_chat, training_chat_template
+from trainers.records import normalize_chat
+
+
+@pytest.fixture(scope="module")
+def sequences(tokenizer):
+    template = training_chat_template(tokenizer)
+    rows = []
+    for i, turns in enumerate([1, 3, 2, 4]):
+        row = chat_row(i, n_turns=turns)
+        input_ids, mask = tokenize_chat(tokenizer, template, normalize_chat(row["messages"]))
+        rows.append({"input_ids": input_ids, "labels": [t if m else -100 for t, m in zip(input_ids, mask)]})
+    return rows
+
+
+def packed_batch(sequences, tokenizer, max_length):
+    packed = pack_dataset(Dataset.from_list(sequences), max_length, "bfd")
+    collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=True)
+    return packed, collator(list(packed))
+
+
+def test_positions_restart_per_record(sequences, tokenizer):
+    lengths = [len(s["input_ids"]) for s in sequences]
+    packed, batch = packed_batch(sequences, tokenizer, max_length=sum(lengths))
+    assert len(packed) == 1 and sorted(packed[0]["seq_lengths"]) == sorted(lengths)
+    positions = batch["position_ids"][0].tolist()
+    assert "attention_mask" not in batch
+    starts = [i for i, p in enumerate(positions) if p == 0]
+    bounds = starts + [len(positions)]
+    assert [b - a for a, b in zip(bounds, bounds[1:])] == list(packed[0]["seq_lengths"])
+    for a, b in zip(bounds, bounds[1:]):
+        assert positions[a:b] == list(range(b - a))
+    assert all(batch["labels"][0, start] == -100 for start in starts)  # no record predicts across a boundary
+
+
+def perturbed_model(path):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():  # random init gives near-uniform logits; perturb so records differ measurably
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model
+
+
+def _token_weighted_loss(model, sequences):
+    total, count = 0.0, 0
+    for seq in sequences:
+        ids, labels = torch.tensor([seq["input_ids"]]), torch.tensor([seq["labels"]])
+        n = int((labels[0, 1:] != -100).sum())
+        total += model(input_ids=ids, labels=labels).loss.item() * n
+        count += n
+    return total / count
+
+
+def test_packed_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path):
+    model = perturbed_model(tiny_model_path)
+    _, batch = packed_batch(sequences, tokenizer, max_length=sum(len(s["input_ids"]) for s in sequences))
+    with torch.no_grad():
+        packed_loss = model(**batch, use_cache=False).loss.item()  # TRL's compute_loss passes use_cache=False
+        one_by_one = _token_weighted_loss(model, sequences)
+        # the control: the same packed row with positions that do not restart attends across records
+        leaky = dict(batch, position_ids=torch.arange(batch["input_ids"].shape[1])[None])
+        for key in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"):
+            leaky.pop(key)
+        leaky_loss = model(**leaky, use_cache=False).loss.item()
+    assert packed_loss == pytest.approx(one_by_one, rel=1e-5, abs=1e-5)
+    assert abs(leaky_loss - one_by_one) > 1e-3
+
+
+def test_sft_trainer_packed_batch_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path, tmp_path):
+    """The same through SFTTrainer as the recipe configures it: dataset preparation, collator, compute_loss."""
+    from trl import SFTConfig, SFTTrainer
+
+    model = perturbed_model(tiny_model_path)
+    masks = [{"input_ids": s["input_ids"], "assistant_masks": [int(l != -100) for l in s["labels"]]} for s in sequences]
+    args = SFTConfig(output_dir=str(tmp_path), packing=True, packing_strategy="bfd", max_length=4096,
+                     per_device_train_batch_size=len(sequences), use_cpu=True, bf16=False, report_to="none",
+                     shuffle_dataset=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(masks), processing_class=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
+    trainer.model.eval()
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, batch).item()
+        one_by_one = _token_weighted_loss(model, sequences)
+    assert loss == pytest.approx(one_by_one, rel=1e-4)

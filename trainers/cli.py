@@ -1,0 +1,47 @@
+"""Config parsing for the recipes: TRL's parser, an embedded default config, and one clear line on user errors."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainers.corpus import CorpusError
+
+
+class ConfigError(ValueError):
+    """A config the user wrote that cannot run; the message names the file and key."""
+
+
+def parse_config(dataclass_types, default_config: Path, argv: list[str] | None = None):
+    """`TrlParser.parse_args_and_config`, with `default_config` standing in when no --config is given."""
+    from trl import TrlParser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--config" not in argv:
+        argv = ["--config", str(default_config)] + argv
+    config_path = argv[argv.index("--config") + 1]
+    if not Path(config_path).is_file():
+        raise ConfigError(f"--config {config_path}: no such file (configs live in configs/sft/ and configs/grpo/)")
+    try:
+        return TrlParser(dataclass_types).parse_args_and_config(argv)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{config_path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{config_path}: {err}") from None
+
+
+def exit_on_user_error(main):
+    """Run `main`; a config or corpus error ends the process with one message and exit code 2."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except (ConfigError, CorpusError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper

@@ -1,0 +1,165 @@
+"""The SFT corpus: sources from the config, validated, split by group, mixed, tokenized with loss masks.
+
+Nothing is dropped or cut silently: every invalid row, truncated record, dropped record and repeated record
+is counted per source in `SourceStats`, which the run summary prints and logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from trainers.corpora import LoadedSource, Source, load_source
+from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
+from trainers.mixture import mix_by_weight, split_by_group, subsample
+from trainers.records import RecordError
+
+MAX_PROBLEMS_SHOWN = 50
+
+
+@dataclass
+class CorpusArguments:
+    """Data keys of a recipe config (YAML or --key value)."""
+
+    datasets: list[str] = field(default_factory=list, metadata={"help": (
+        "Sources: a list of {path, format (auto|chat|pivot|harbor), name, split, data_files, fraction, weight, "
+        "split_key} in YAML, or paths on the command line. A path is a JSONL file (plain or .gz), a Harbor job/trial "
+        "dir, or a Hugging Face dataset name.")})
+    split_key: str = field(default="metadata.source_trajectory_uid", metadata={
+        "help": "Dotted key that groups records of one trajectory or task; splits never separate a group."})
+    eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of groups held out for evaluation."})
+    skip_invalid: bool = field(default=False, metadata={
+        "help": "Skip invalid records (counted and reported) instead of refusing to start."})
+    truncation: str = field(default="turns", metadata={
+        "help": "Records longer than max_length: 'turns' keeps the whole assistant turns that fit, 'keep_start' "
+                "cuts at max_length, 'drop' drops them. Each is counted in the summary."})
+    mixture_seed: int = field(default=0, metadata={"help": "Seed of splits, fractions and weighted mixing."})
+
+    def __post_init__(self):
+        if self.truncation not in TRUNCATION_POLICIES:
+            raise ValueError(f"truncation: {self.truncation!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
+        if not 0 <= self.eval_fraction < 1:
+            raise ValueError(f"eval_fraction: {self.eval_fraction} must be in [0, 1)")
+        if isinstance(self.datasets, str):  # --datasets a.jsonl,b.jsonl on the command line
+            self.datasets = [path for path in self.datasets.split(",") if path]
+
+
+class CorpusError(ValueError):
+    """The corpus cannot be trained on as configured; the message says where and how to fix it."""
+
+
+@dataclass
+class SourceStats:
+    path: str
+    rows: int = 0
+    invalid: int = 0
+    formats: dict = field(default_factory=dict)
+    missing_split_key: int = 0
+    train_records: int = 0
+    eval_records: int = 0
+    truncated: int = 0
+    dropped: int = 0
+    trained_tokens_cut: int = 0
+    repeated: int = 0
+    tokens: int = 0  # tokens of the train records, after truncation
+    trained_tokens: int = 0
+
+
+@dataclass
+class SFTCorpus:
+    train: object  # datasets.Dataset with input_ids, assistant_masks
+    eval: object | None
+    stats: list[SourceStats]
+    problems: list[str]
+    drops: list[str]
+
+    def as_dict(self) -> dict:
+        return {"sources": [asdict(s) for s in self.stats], "invalid": len(self.problems), "dropped": len(self.drops)}
+
+
+def parse_sources(args: CorpusArguments) -> list[Source]:
+    if not args.datasets:
+        raise CorpusError("datasets: no sources configured; add `datasets: [{path: data/...jsonl}]` to the config")
+    sources = [Source.from_config(entry, f"datasets[{i}]") for i, entry in enumerate(args.datasets)]
+    weighted = [source.weight is not None for source in sources]
+    if any(weighted) and not all(weighted):
+        raise CorpusError("datasets: give a weight to every source or to none (weights are shares of the mixture)")
+    return sources
+
+
+def load_sources(args: CorpusArguments) -> list[LoadedSource]:
+    """Load and validate every source; refuse bad records unless `skip_invalid`."""
+    loaded = []
+    for source in parse_sources(args):
+        try:
+            loaded.append(load_source(source, args.split_key))
+        except FileNotFoundError as err:
+            raise CorpusError(f"datasets: {err}") from None
+    problems = [problem for item in loaded for problem in item.problems]
+    if problems and not args.skip_invalid:
+        shown = "\n  ".join(problems[:MAX_PROBLEMS_SHOWN])
+        more = f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+        rows = sum(item.n_rows for item in loaded)
+        raise CorpusError(f"{len(problems)} invalid record(s) of {rows}; the run does not start on bad records:\n  "
+                          f"{shown}{more}\nFix them, or set `skip_invalid: true` to skip them (they are counted "
+                          "in the run summary).")
+    return loaded
+
+
+def _tokenize(records, tokenizer, template, max_length, policy, stats: SourceStats, drops: list, progress):
+    rows = []
+    for record in progress(records):
+        try:
+            input_ids, mask = tokenize_chat(tokenizer, template, record)
+            fitted = fit_to_length(input_ids, mask, max_length, policy)
+        except RecordError as err:
+            stats.dropped += 1
+            drops.append(f"{record['origin']}: {err}")
+            continue
+        stats.truncated += fitted.truncated
+        stats.trained_tokens_cut += fitted.trained_tokens_cut
+        rows.append({"input_ids": fitted.input_ids, "assistant_masks": fitted.assistant_masks})
+    return rows
+
+
+def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, show_progress: bool = True) -> SFTCorpus:
+    from datasets import Dataset
+    from tqdm.auto import tqdm
+
+    template = training_chat_template(tokenizer)
+    loaded = load_sources(args)
+    stats, drops, train_parts, eval_rows = [], [], [], []
+    for index, item in enumerate(loaded):
+        source = item.source
+        stat = SourceStats(source.path, rows=item.n_rows, invalid=len(item.problems), formats=item.formats,
+                           missing_split_key=item.missing_split_key)
+        records = subsample(item.records, source.fraction, args.mixture_seed + index)
+        train, held_out = split_by_group(records, args.eval_fraction, args.mixture_seed)
+
+        def progress(rows, desc=f"tokenizing {source.path}"):
+            return tqdm(rows, desc=desc, disable=not show_progress, leave=False)
+
+        train_parts.append(_tokenize(train, tokenizer, template, max_length, args.truncation, stat, drops, progress))
+        tokenized_eval = _tokenize(held_out, tokenizer, template, max_length, args.truncation, stat, drops, progress)
+        stat.eval_records = len(tokenized_eval)
+        eval_rows += tokenized_eval
+        stats.append(stat)
+
+    sources = [item.source for item in loaded]
+    if all(source.weight is not None for source in sources):
+        mixed = mix_by_weight(train_parts, [source.weight for source in sources], args.mixture_seed)
+    else:
+        mixed = train_parts
+    train_rows = []
+    for stat, part, chosen in zip(stats, train_parts, mixed):
+        stat.train_records = len(chosen)
+        stat.repeated = max(0, len(chosen) - len(part))
+        stat.tokens = sum(len(row["input_ids"]) for row in chosen)
+        stat.trained_tokens = sum(sum(row["assistant_masks"]) for row in chosen)
+        train_rows += chosen
+    if not train_rows:
+        raise CorpusError("no training records left after validation, splitting and truncation; see the "
+                          f"{len(drops)} dropped record(s): {drops[:3]}")
+    columns = lambda rows: {key: [row[key] for row in rows] for key in ("input_ids", "assistant_masks")}
+    return SFTCorpus(train=Dataset.from_dict(columns(train_rows)),
+                     eval=Dataset.from_dict(columns(eval_rows)) if eval_rows else None,
+                     stats=stats, problems=[p for item in loaded for p in item.problems], drops=drops)

@@ -1,0 +1,198 @@
+"""Look at a corpus before training on it.
+
+    python -m trainers.data inspect PATH... [--strict] [--json] [--max_length N] [--model_name_or_path M]
+    python -m trainers.data render PATH --index I [--json] [--model_name_or_path M]
+
+`inspect` validates every record (each problem as `file:line: reason`), and with the model's tokenizer shows
+token lengths, what `--max_length` would truncate or drop under `--truncation`, and how well BFD packing and
+plain padding would fill batches. `--strict` exits 1 when any record is invalid. `render` shows one record
+as the model sees it, each token marked trained or not; `--json` prints `{"tokens": [{"text", "trained"}]}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+
+from trainers.corpora import FORMATS, Source, load_source
+from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
+from trainers.records import RecordError
+
+DEFAULT_MODEL = "builtin:tiny-qwen3"
+
+
+def _load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    from trainers.tiny_model import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name))
+    return tokenizer, training_chat_template(tokenizer)
+
+
+def _percentiles(values: list[int]) -> dict:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1), "p50": pick(0.5), "p90": pick(0.9),
+            "max": ordered[-1], "total": sum(ordered)}
+
+
+def packing_efficiency(lengths: list[int], max_length: int) -> float:
+    """Fill of BFD packs (TRL's `pack_dataset`, as the SFT recipe packs): real tokens / (packs x max_length)."""
+    import datasets
+    from trl.data_utils import pack_dataset
+
+    datasets.disable_progress_bars()
+    if not lengths:
+        return 1.0
+    packed = pack_dataset(datasets.Dataset.from_dict({"input_ids": [[0] * n for n in lengths]}), max_length, "bfd")
+    return sum(lengths) / (len(packed) * max_length)
+
+
+def padding_efficiency(lengths: list[int], batch_size: int, seed: int = 0) -> float:
+    """Fill of randomly drawn batches padded to their longest record (TRL's default, no packing)."""
+    order = lengths[:]
+    random.Random(seed).shuffle(order)
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    padded = sum(max(batch) * len(batch) for batch in batches)
+    return sum(order) / padded if padded else 1.0
+
+
+def inspect_path(path: str, args) -> dict:
+    loaded = load_source(Source(path, format=args.format), args.split_key)
+    report = {"path": path, "rows": loaded.n_rows, "valid": len(loaded.records), "invalid": len(loaded.problems),
+              "formats": loaded.formats, "groups": len({r["group"] for r in loaded.records}),
+              "missing_split_key": loaded.missing_split_key, "problems": loaded.problems}
+    if args.no_tokens or not loaded.records:
+        return report
+    tokenizer, template = args.tokenizer
+    lengths, trained, fitted_lengths, truncated, dropped = [], [], [], 0, []
+    for record in loaded.records:
+        try:
+            input_ids, mask = tokenize_chat(tokenizer, template, record)
+        except RecordError as err:
+            report["problems"].append(f"{record['origin']}: {err}")
+            continue
+        lengths.append(len(input_ids))
+        trained.append(sum(mask))
+        try:
+            fitted = fit_to_length(input_ids, mask, args.max_length, args.truncation)
+        except RecordError as err:
+            dropped.append(f"{record['origin']}: {err}")
+            continue
+        truncated += fitted.truncated
+        fitted_lengths.append(len(fitted.input_ids))
+    report["invalid"] = len(report["problems"])
+    report.update({
+        "tokens": _percentiles(lengths), "trained_tokens": _percentiles(trained),
+        "max_length": args.max_length, "truncation": args.truncation, "truncated": truncated,
+        "dropped": len(dropped), "drops": dropped,
+        "packing_efficiency": round(packing_efficiency(fitted_lengths, args.max_length), 4),
+        f"padding_efficiency_batch{args.batch_size}": round(padding_efficiency(fitted_lengths, args.batch_size), 4),
+    })
+    return report
+
+
+def print_report(report: dict) -> None:
+    print(f"{report['path']}: {report['rows']} rows, {report['valid']} valid, {report['invalid']} invalid; "
+          f"formats {report['formats']}; {report['groups']} split groups"
+          + (f" ({report['missing_split_key']} records without the split key)" if report["missing_split_key"] else ""))
+    for problem in report["problems"]:
+        print(f"  {problem}")
+    if "tokens" in report:
+        t, tr = report["tokens"], report["trained_tokens"]
+        print(f"  tokens per record: min {t['min']}  p50 {t['p50']}  mean {t['mean']}  p90 {t['p90']}  max {t['max']}"
+              f"  (total {t['total']:,}; trained {tr['total']:,} = {tr['total'] / max(1, t['total']):.1%})")
+        print(f"  at max_length {report['max_length']} (truncation: {report['truncation']}): "
+              f"{report['truncated']} truncated, {report['dropped']} dropped")
+        for drop in report["drops"]:
+            print(f"    dropped {drop}")
+        key = next(k for k in report if k.startswith("padding_efficiency_batch"))
+        print(f"  batch fill: BFD packing {report['packing_efficiency']:.1%}, "
+              f"padding without packing (batch {key.removeprefix('padding_efficiency_batch')}) {report[key]:.1%}")
+
+
+def render(args) -> int:
+    loaded = load_source(Source(args.path, format=args.format), "metadata.source_trajectory_uid")
+    if not 0 <= args.index < len(loaded.records):
+        print(f"error: --index {args.index} is out of range: {args.path} has {len(loaded.records)} valid records "
+              f"(0..{len(loaded.records) - 1})", file=sys.stderr)
+        return 2
+    record = loaded.records[args.index]
+    tokenizer, template = args.tokenizer
+    input_ids, mask = tokenize_chat(tokenizer, template, record)
+    tokens = [{"text": tokenizer.decode([token]), "trained": bool(bit)} for token, bit in zip(input_ids, mask)]
+    if args.json:
+        json.dump({"origin": record["origin"], "tokens": tokens}, sys.stdout, ensure_ascii=False)
+        print()
+        return 0
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    plain = not console.is_terminal
+    text = Text()
+    for index, token in enumerate(tokens):
+        opens = token["trained"] and (index == 0 or not tokens[index - 1]["trained"])
+        closes = token["trained"] and (index == len(tokens) - 1 or not tokens[index + 1]["trained"])
+        if plain:  # no colours in a pipe: mark trained spans with brackets instead
+            text.append(("⟦" if opens else "") + token["text"] + ("⟧" if closes else ""))
+        else:
+            text.append(token["text"], style="bold green" if token["trained"] else "dim")
+    n_trained = sum(t["trained"] for t in tokens)
+    console.print(f"{record['origin']}: {len(tokens)} tokens, {n_trained} trained "
+                  + ("(inside ⟦ ⟧)" if plain else "(green)"))
+    console.print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainers.data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model_name_or_path", default=DEFAULT_MODEL, help="tokenizer and chat template to use")
+    common.add_argument("--format", default="auto", choices=FORMATS)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect = commands.add_parser("inspect", parents=[common], help="validate and measure corpora")
+    inspect.add_argument("paths", nargs="+", metavar="PATH")
+    inspect.add_argument("--strict", action="store_true", help="exit 1 if any record is invalid")
+    inspect.add_argument("--max_length", type=int, default=4096)
+    inspect.add_argument("--truncation", default="turns", choices=TRUNCATION_POLICIES)
+    inspect.add_argument("--batch_size", type=int, default=8, help="batch size for the padding estimate")
+    inspect.add_argument("--split_key", default="metadata.source_trajectory_uid")
+    inspect.add_argument("--no_tokens", action="store_true", help="validate only, without tokenizing")
+    show = commands.add_parser("render", parents=[common], help="show one record's tokens, trained or not")
+    show.add_argument("path", metavar="PATH")
+    show.add_argument("--index", type=int, required=True, help="0-based index among the file's valid records")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "render" or not args.no_tokens:
+            args.tokenizer = _load_tokenizer(args.model_name_or_path)
+        if args.command == "render":
+            return render(args)
+        reports = [inspect_path(path, args) for path in args.paths]
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(reports if len(reports) > 1 else reports[0], sys.stdout, indent=2)
+        print()
+    else:
+        for report in reports:
+            print_report(report)
+    invalid = sum(report["invalid"] for report in reports)
+    if args.strict and invalid:
+        print(f"--strict: {invalid} invalid record(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

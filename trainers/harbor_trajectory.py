@@ -1,0 +1,94 @@
+"""Harbor trial trajectories (`<trial>/agent/trajectory.json`, ATIF) as chat records.
+
+ATIF steps come from `system`, `user` or `agent`; agent steps carry `message`, optional `reasoning_content`,
+`tool_calls` (`tool_call_id`, `function_name`, `arguments`) and an `observation` whose `results` answer the
+calls by `source_call_id`. Terminus-2 trials are turned back into what the model saw and said: the user
+prompt, each JSON action as the assistant turn (the raw text when the trajectory kept it, else rebuilt from
+the analysis, plan and `bash_command` calls) and each observation as the next user turn. Other agents become
+OpenAI tool-calling chats: assistant `tool_calls`, and `tool` messages for their results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from trainers.records import RecordError, normalize_chat
+
+TERMINUS_AGENTS = ("terminus-2", "terminus_2", "terminus")
+_ANALYSIS_PLAN = re.compile(r"^Analysis:\s*(?P<analysis>.*?)\s*(?:\nPlan:\s*(?P<plan>.*))?$", re.S)
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in value)
+    return json.dumps(value)
+
+
+def _observation_text(step: dict) -> str:
+    results = (step.get("observation") or {}).get("results") or []
+    return "\n".join(_text(result.get("content")) for result in results if isinstance(result, dict))
+
+
+def _terminus_action(step: dict) -> str:
+    message = _text(step.get("message")).strip()
+    if message.startswith(("{", "<response>")):  # raw model output kept (trajectory_config raw_content)
+        return message
+    match = _ANALYSIS_PLAN.match(message)
+    analysis, plan = (match.group("analysis"), match.group("plan") or "") if match else (message, "")
+    commands, complete = [], False
+    for call in step.get("tool_calls") or []:
+        arguments = call.get("arguments") or {}
+        if call.get("function_name") == "mark_task_complete":
+            complete = True
+        elif "keystrokes" in arguments:
+            commands.append({"keystrokes": arguments["keystrokes"], "duration": arguments.get("duration", 1.0)})
+    return json.dumps({"analysis": analysis, "plan": plan, "commands": commands, "task_complete": complete},
+                      indent=2, ensure_ascii=False)
+
+
+def trajectory_to_chat(trajectory: dict) -> dict:
+    steps = trajectory.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise RecordError("steps: an ATIF trajectory needs a non-empty list of steps")
+    agent = str((trajectory.get("agent") or {}).get("name", "")).lower()
+    terminus = agent in TERMINUS_AGENTS
+    messages: list[dict] = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise RecordError(f"steps[{index}]: must be an object")
+        source = step.get("source")
+        if source in ("system", "user"):
+            messages.append({"role": source, "content": _text(step.get("message"))})
+        elif source == "agent":
+            if terminus:
+                messages.append({"role": "assistant", "content": _terminus_action(step)})
+                observation = _observation_text(step)
+                if observation:
+                    messages.append({"role": "user", "content": observation})
+                continue
+            calls = [{"id": call.get("tool_call_id"), "type": "function",
+                      "function": {"name": call.get("function_name"), "arguments": call.get("arguments") or {}}}
+                     for call in step.get("tool_calls") or [] if isinstance(call, dict)]
+            message = {"role": "assistant", "content": _text(step.get("message")), "tool_calls": calls}
+            if step.get("reasoning_content"):
+                message["reasoning_content"] = _text(step["reasoning_content"])
+            messages.append(message)
+            for result in (step.get("observation") or {}).get("results") or []:
+                if calls:
+                    messages.append({"role": "tool", "tool_call_id": result.get("source_call_id"),
+                                     "content": _text(result.get("content"))})
+                else:
+                    messages.append({"role": "user", "content": _text(result.get("content"))})
+        else:
+            raise RecordError(f"steps[{index}]: source {source!r} is not one of system, user, agent")
+    while messages and messages[-1]["role"] != "assistant":  # a trailing observation teaches nothing
+        messages.pop()
+    try:
+        return normalize_chat(messages, None)
+    except RecordError as err:
+        raise RecordError(f"converted trajectory: {err}") from None

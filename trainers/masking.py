@@ -1,0 +1,96 @@
+"""Token-level loss masks for chat records: every assistant turn is trained, nothing else is.
+
+The chat is rendered by the model's training chat template, the one with `{% generation %}` markers (TRL's
+`get_training_chat_template` supplies it for the families TRL knows, Qwen3 and Qwen3.5 among them). Each
+generation block is one assistant turn, end-of-turn token included; blocks of turns marked `"train": false`
+are cleared. Written here because TRL has no per-message train flag and drops over-long examples silently;
+this module truncates by the configured policy and reports every cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainers.records import RecordError
+
+TRUNCATION_POLICIES = ("turns", "keep_start", "drop")
+
+
+def training_chat_template(tokenizer) -> str:
+    """The tokenizer's template if it marks assistant turns, else TRL's training twin of it."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    template = tokenizer.chat_template or ""
+    if "{% generation %}" in template.replace("{%- generation %}", "{% generation %}"):
+        return template
+    try:
+        return get_training_chat_template(tokenizer)
+    except ValueError:
+        raise ValueError(
+            f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')} has no "
+            "{% generation %} markers and TRL has no training twin for it; set `chat_template_path` to a .jinja "
+            "file that wraps each assistant turn in {% generation %} ... {% endgeneration %}") from None
+
+
+@dataclass
+class TokenizedChat:
+    input_ids: list[int]
+    assistant_masks: list[int]
+    full_length: int  # tokens before truncation
+    truncated: bool = False
+    trained_tokens_cut: int = 0
+
+
+def _spans(mask: list[int]) -> list[tuple[int, int]]:
+    spans, start = [], None
+    for index, bit in enumerate(mask + [0]):
+        if bit and start is None:
+            start = index
+        elif not bit and start is not None:
+            spans.append((start, index))
+            start = None
+    return spans
+
+
+def tokenize_chat(tokenizer, template: str, record: dict) -> tuple[list[int], list[int]]:
+    """input_ids and the mask of trained tokens, over the whole conversation."""
+    messages = record["messages"]
+    rendered = tokenizer.apply_chat_template(
+        messages, tools=record.get("tools"), chat_template=template, tokenize=True, return_dict=True,
+        return_assistant_tokens_mask=True)
+    input_ids, mask = list(rendered["input_ids"]), list(rendered["assistant_masks"])
+    spans = _spans(mask)
+    assistants = [message for message in messages if message["role"] == "assistant"]
+    if len(spans) != len(assistants):
+        raise RecordError(f"the chat template marked {len(spans)} assistant spans for {len(assistants)} assistant "
+                          "turns; the template's {% generation %} blocks must wrap each assistant turn once")
+    for (start, end), message in zip(spans, assistants):
+        if message.get("train") is False:
+            mask[start:end] = [0] * (end - start)
+    return input_ids, mask
+
+
+def fit_to_length(input_ids: list[int], mask: list[int], max_length: int | None, policy: str) -> TokenizedChat:
+    """Apply the truncation policy; raises RecordError when nothing trainable is left (the caller counts it)."""
+    result = TokenizedChat(input_ids, mask, full_length=len(input_ids))
+    if max_length is None or len(input_ids) <= max_length:
+        return result
+    if policy == "drop":
+        raise RecordError(f"{len(input_ids)} tokens > max_length {max_length} (truncation: drop)")
+    if policy == "turns":  # cut after the last trained assistant turn that fits whole
+        ends = [end for _, end in _spans(mask) if end <= max_length]
+        if not ends:
+            raise RecordError(f"{len(input_ids)} tokens > max_length {max_length} and no trained assistant turn "
+                              "fits whole (truncation: turns)")
+        cut = ends[-1]
+    elif policy == "keep_start":
+        cut = max_length
+    else:
+        raise ValueError(f"truncation: {policy!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
+    kept = mask[:cut]
+    if not any(kept):
+        raise RecordError(f"{len(input_ids)} tokens > max_length {max_length}; nothing trained is left after "
+                          f"truncation ({policy})")
+    result.input_ids, result.assistant_masks = input_ids[:cut], kept
+    result.truncated, result.trained_tokens_cut = True, sum(mask) - sum(kept)
+    return result

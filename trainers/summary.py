@@ -1,0 +1,92 @@
+"""The short report every SFT run ends with, printed and logged to W&B."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+
+def final_loss(log_history: list[dict]) -> float | None:
+    losses = [entry["loss"] for entry in log_history if "loss" in entry]
+    return losses[-1] if losses else None
+
+
+def wandb_run_dir() -> str | None:
+    try:
+        import wandb
+    except ImportError:
+        return None
+    return wandb.run.dir if wandb.run is not None else None
+
+
+def build_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_from: str | None) -> dict:
+    state = trainer.state
+    output_dir = Path(trainer.args.output_dir)
+    return {
+        "sources": [asdict(stat) for stat in corpus.stats],
+        "invalid_skipped": len(corpus.problems),
+        "dropped": len(corpus.drops),
+        "truncated": sum(stat.truncated for stat in corpus.stats),
+        "trained_tokens_cut": sum(stat.trained_tokens_cut for stat in corpus.stats),
+        "train_records": len(corpus.train),
+        "eval_records": len(corpus.eval) if corpus.eval is not None else 0,
+        **tokens,
+        "trained_tokens_per_second": tokens["trained_tokens"] / wall_seconds if wall_seconds else 0.0,
+        "global_step": state.global_step,
+        "epochs": state.epoch,
+        "final_loss": final_loss(state.log_history),
+        "wall_seconds": wall_seconds,
+        "resumed_from": resumed_from,
+        "output_dir": str(output_dir),
+        "checkpoints": sorted((p.name for p in output_dir.glob("checkpoint-*")), key=lambda name: int(name.split("-")[-1])),
+        "wandb_run_dir": wandb_run_dir(),
+    }
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="records per source", title_justify="left")
+    columns = ("path", "rows", "invalid", "train_records", "eval_records", "truncated", "dropped", "repeated",
+               "tokens", "trained_tokens")
+    for column in columns:
+        table.add_column(column.replace("_records", "").replace("_", " "), justify="left" if column == "path" else "right")
+    for source in summary["sources"]:
+        table.add_row(*(str(source[column]) for column in columns))
+    console = Console(width=140)
+    console.rule("[bold]SFT run summary")
+    console.print(table)
+    loss = summary["final_loss"]
+    lines = [
+        f"steps {summary['global_step']}  epochs {summary['epochs']:.2f}  final loss "
+        f"{loss:.4f}" if loss is not None else f"steps {summary['global_step']}  final loss n/a",
+        f"tokens trained {summary['trained_tokens']:,} of {summary['real_tokens']:,} real tokens in "
+        f"{summary['batches']} batches; padding efficiency {summary['padding_efficiency']:.1%} "
+        f"({summary['padded_tokens'] - summary['real_tokens']:,} pad positions)",
+        f"invalid skipped {summary['invalid_skipped']}  truncated {summary['truncated']} "
+        f"({summary['trained_tokens_cut']:,} trained tokens cut)  dropped {summary['dropped']}",
+        f"wall {summary['wall_seconds']:.1f} s  ({summary['trained_tokens_per_second']:,.0f} trained tokens/s)"
+        + (f"  resumed from {summary['resumed_from']}" if summary["resumed_from"] else ""),
+        f"output dir {summary['output_dir']}  checkpoints {', '.join(summary['checkpoints']) or 'none'}",
+        f"W&B run dir {summary['wandb_run_dir'] or 'none (report_to has no wandb)'}",
+    ]
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def write_summary(summary: dict) -> None:
+    """run_summary.json in the output dir, and the W&B run's summary when a run is active."""
+    Path(summary["output_dir"]).mkdir(parents=True, exist_ok=True)
+    (Path(summary["output_dir"]) / "run_summary.json").write_text(json.dumps(summary, indent=2))
+    try:
+        import wandb
+    except ImportError:
+        return
+    if wandb.run is not None:
+        flat = {f"data/{key}": value for key, value in summary.items() if isinstance(value, (int, float))}
+        for source in summary["sources"]:
+            name = Path(source["path"]).name
+            flat.update({f"data/{name}/{key}": value for key, value in source.items() if isinstance(value, int)})
+        wandb.run.summary.update(flat)
