@@ -13,14 +13,14 @@ from pathlib import Path
 
 from accelerate import PartialState
 from transformers import AutoTokenizer
-from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+from trl import ModelConfig, SFTConfig, get_peft_config
 
 from trainers.checkpoints import last_complete_checkpoint
 from trainers.cli import exit_on_user_error, parse_config
 from trainers.corpus import CorpusArguments, build_sft_corpus
 from trainers.summary import build_summary, print_summary, write_summary
 from trainers.tiny_model import resolve_model
-from trainers.token_accounting import CountingCollator
+from trainers.token_accounting import CountingSFTTrainer
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny.yaml"
 
@@ -38,16 +38,15 @@ def main():
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        "attn_implementation": model_args.attn_implementation,
                                        **(training_args.model_init_kwargs or {})}
-    trainer = SFTTrainer(model=model_path, args=training_args, train_dataset=corpus.train, eval_dataset=corpus.eval,
+    trainer = CountingSFTTrainer(model=model_path, args=training_args, train_dataset=corpus.train, eval_dataset=corpus.eval,
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.data_collator = counter = CountingCollator(trainer.data_collator, lambda: trainer.model.training)
 
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
     started = time.monotonic()
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
 
-    summary = build_summary(trainer, corpus, counter.totals(trainer.accelerator), time.monotonic() - started, resume)
+    summary = build_summary(trainer, corpus, trainer.token_counts.totals(trainer.accelerator), time.monotonic() - started, resume)
     if trainer.is_world_process_zero():
         print_summary(summary)
         write_summary(summary)

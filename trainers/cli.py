@@ -8,11 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from trainers.corpus import CorpusError
-
-
-class ConfigError(ValueError):
-    """A config the user wrote that cannot run; the message names the file and key."""
+from trainers.errors import ConfigError, UserError
 
 
 def parse_config(dataclass_types, default_config: Path, argv: list[str] | None = None):
@@ -40,7 +36,7 @@ def exit_on_user_error(main):
     def wrapper(*args, **kwargs):
         try:
             return main(*args, **kwargs)
-        except (ConfigError, CorpusError) as err:
+        except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
 

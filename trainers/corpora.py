@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainers.errors import CorpusError
 from trainers.harbor_trajectory import trajectory_to_chat
 from trainers.records import RecordError, normalize_chat, text_content
 
@@ -42,17 +43,17 @@ class Source:
         if isinstance(entry, str):
             entry = {"path": entry}
         if not isinstance(entry, dict) or "path" not in entry:
-            raise ValueError(f"{where}: each dataset needs a 'path' (a JSONL file, a Harbor job dir or a Hugging Face name)")
+            raise CorpusError(f"{where}: each dataset needs a 'path' (a JSONL file, a Harbor job dir or a Hugging Face name)")
         unknown = set(entry) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}")
+            raise CorpusError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}")
         source = cls(**entry)
         if source.format not in FORMATS:
-            raise ValueError(f"{where}.format: {source.format!r} is not one of {', '.join(FORMATS)}")
+            raise CorpusError(f"{where}.format: {source.format!r} is not one of {', '.join(FORMATS)}")
         if source.fraction is not None and not 0 < source.fraction <= 1:
-            raise ValueError(f"{where}.fraction: {source.fraction} must be in (0, 1]")
+            raise CorpusError(f"{where}.fraction: {source.fraction} must be in (0, 1]")
         if source.weight is not None and not source.weight > 0:
-            raise ValueError(f"{where}.weight: {source.weight} must be > 0")
+            raise CorpusError(f"{where}.weight: {source.weight} must be > 0")
         return source
 
 

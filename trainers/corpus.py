@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from trainers.corpora import LoadedSource, Source, load_source
+from trainers.errors import CorpusError
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.mixture import mix_by_weight, split_by_group, subsample
 from trainers.records import RecordError
@@ -39,12 +40,11 @@ class CorpusArguments:
             raise ValueError(f"truncation: {self.truncation!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
         if not 0 <= self.eval_fraction < 1:
             raise ValueError(f"eval_fraction: {self.eval_fraction} must be in [0, 1)")
-        if isinstance(self.datasets, str):  # --datasets a.jsonl,b.jsonl on the command line
-            self.datasets = [path for path in self.datasets.split(",") if path]
-
-
-class CorpusError(ValueError):
-    """The corpus cannot be trained on as configured; the message says where and how to fix it."""
+        if isinstance(self.datasets, str):
+            self.datasets = [self.datasets]
+        # on the command line: --datasets a.jsonl b.jsonl, or --datasets a.jsonl,b.jsonl
+        self.datasets = [path for entry in self.datasets
+                         for path in (entry.split(",") if isinstance(entry, str) else [entry]) if path]
 
 
 @dataclass

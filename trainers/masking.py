@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainers.errors import ConfigError
 from trainers.records import RecordError
 
 TRUNCATION_POLICIES = ("turns", "keep_start", "drop")
@@ -26,7 +27,7 @@ def training_chat_template(tokenizer) -> str:
     try:
         return get_training_chat_template(tokenizer)
     except ValueError:
-        raise ValueError(
+        raise ConfigError(
             f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')} has no "
             "{% generation %} markers and TRL has no training twin for it; set `chat_template_path` to a .jinja "
             "file that wraps each assistant turn in {% generation %} ... {% endgeneration %}") from None

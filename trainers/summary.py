@@ -8,8 +8,10 @@ from pathlib import Path
 
 
 def final_loss(log_history: list[dict]) -> float | None:
+    """The last logged training loss; the run's mean (`train_loss`) when no logging step came."""
     losses = [entry["loss"] for entry in log_history if "loss" in entry]
-    return losses[-1] if losses else None
+    means = [entry["train_loss"] for entry in log_history if "train_loss" in entry]
+    return losses[-1] if losses else (means[-1] if means else None)
 
 
 def wandb_run_dir() -> str | None:

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from trainers.errors import ConfigError
+
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +131,7 @@ def resolve_model(name_or_path: str) -> str:
     if name_or_path.startswith(BUILTIN_PREFIX):
         name = name_or_path[len(BUILTIN_PREFIX):]
         if name != TINY_NAME:
-            raise ValueError(f"unknown built-in model {name_or_path!r}; the built-in model is "
+            raise ConfigError(f"model_name_or_path: unknown built-in model {name_or_path!r}; the built-in model is "
                              f"'{BUILTIN_PREFIX}{TINY_NAME}' (or give a Hugging Face name or a local path)")
         return str(tiny_model_path())
     return name_or_path

@@ -1,25 +1,23 @@
-"""Counts what the trainer actually computes: trained tokens, real tokens and padded positions per batch.
+"""Counts what training actually computes: trained tokens, real tokens and padded positions per batch.
 
-Wraps the trainer's collator (no Trainer hook sees the batches). Padding efficiency is real / padded.
-Counts are per process; `totals` sums them over processes. Batches built in DataLoader worker processes
-(`dataloader_num_workers > 0`) are not seen by this process's counters.
+`CountingSFTTrainer` wraps the collator of the training dataloader only (no Trainer hook sees batches;
+evaluation batches are not counted). Padding efficiency is real / padded. Counts are per process; `totals`
+sums them over processes. Batches built in DataLoader worker processes (`dataloader_num_workers > 0`) are
+not seen by this process's counters.
 """
 
 from __future__ import annotations
 
+from trl import SFTTrainer
+
 
 class CountingCollator:
-    """`counting()` tells whether a batch is for training (the trainer's model in train mode) or evaluation."""
-
-    def __init__(self, collator, counting=lambda: True):
+    def __init__(self, collator):
         self.collator = collator
-        self.counting = counting
         self.trained = self.real = self.padded = self.batches = 0
 
     def __call__(self, examples):
         batch = self.collator(examples)
-        if not self.counting():
-            return batch
         labels = batch["labels"]
         self.trained += int((labels[..., 1:] != -100).sum())  # positions whose next token is in the loss
         if "attention_mask" in batch:
@@ -39,3 +37,16 @@ class CountingCollator:
         trained, real, padded, batches = (int(value) for value in counts.tolist())
         return {"trained_tokens": trained, "real_tokens": real, "padded_tokens": padded, "batches": batches,
                 "padding_efficiency": real / padded if padded else 1.0}
+
+
+class CountingSFTTrainer(SFTTrainer):
+    """SFTTrainer whose training batches pass through a `CountingCollator` (`self.token_counts`)."""
+
+    def get_train_dataloader(self):
+        collator = self.data_collator
+        self.token_counts = CountingCollator(collator)
+        self.data_collator = self.token_counts
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = collator
