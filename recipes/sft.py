@@ -21,6 +21,7 @@ from trainers.corpus import CorpusArguments, build_sft_corpus
 from trainers.summary import build_summary, print_summary, write_summary
 from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
+import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny.yaml"
 

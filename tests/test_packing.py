@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 from trl.data_utils import pack_dataset
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
 from trainers.masking import tokenize_chat, training_chat_template
 from trainers.records import normalize_chat
 
@@ -44,9 +45,13 @@ def test_positions_restart_per_record(sequences, tokenizer):
     assert all(batch["labels"][0, start] == -100 for start in starts)  # no record predicts across a boundary
 
 
-def perturbed_model(path):
+ATTENTION = ["sdpa", "varlen_sdpa"]
+
+
+def perturbed_model(path, attn_implementation="sdpa"):
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                 attn_implementation=attn_implementation).eval()
     with torch.no_grad():  # random init gives near-uniform logits; perturb so records differ measurably
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
@@ -63,8 +68,9 @@ def _token_weighted_loss(model, sequences):
     return total / count
 
 
-def test_packed_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path):
-    model = perturbed_model(tiny_model_path)
+@pytest.mark.parametrize("attn_implementation", ATTENTION)
+def test_packed_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path, attn_implementation):
+    model = perturbed_model(tiny_model_path, attn_implementation)
     _, batch = packed_batch(sequences, tokenizer, max_length=sum(len(s["input_ids"]) for s in sequences))
     with torch.no_grad():
         packed_loss = model(**batch, use_cache=False).loss.item()  # TRL's compute_loss passes use_cache=False
@@ -78,11 +84,13 @@ def test_packed_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_
     assert abs(leaky_loss - one_by_one) > 1e-3
 
 
-def test_sft_trainer_packed_batch_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path, tmp_path):
+@pytest.mark.parametrize("attn_implementation", ATTENTION)
+def test_sft_trainer_packed_batch_loss_equals_records_one_by_one(sequences, tokenizer, tiny_model_path, tmp_path,
+                                                                 attn_implementation):
     """The same through SFTTrainer as the recipe configures it: dataset preparation, collator, compute_loss."""
     from trl import SFTConfig, SFTTrainer
 
-    model = perturbed_model(tiny_model_path)
+    model = perturbed_model(tiny_model_path, attn_implementation)
     masks = [{"input_ids": s["input_ids"], "assistant_masks": [int(l != -100) for l in s["labels"]]} for s in sequences]
     args = SFTConfig(output_dir=str(tmp_path), packing=True, packing_strategy="bfd", max_length=4096,
                      per_device_train_batch_size=len(sequences), use_cpu=True, bf16=False, report_to="none",
