@@ -103,3 +103,26 @@ def test_sft_trainer_packed_batch_loss_equals_records_one_by_one(sequences, toke
         loss = trainer.compute_loss(trainer.model, batch).item()
         one_by_one = _token_weighted_loss(model, sequences)
     assert loss == pytest.approx(one_by_one, rel=1e-4)
+
+
+def test_token_counts_of_padded_and_padding_free_batches(sequences, tokenizer):
+    from trainers.token_accounting import TokenCounts
+
+    lengths = [len(s["input_ids"]) for s in sequences]
+    trained = sum(sum(l != -100 for l in s["labels"][1:]) for s in sequences)
+    padded = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id)(sequences)
+    counts = TokenCounts(tokenizer.pad_token_id)
+    counts.add(padded)
+    assert counts.totals() == {"trained_tokens": trained, "real_tokens": sum(lengths),
+                               "padded_tokens": max(lengths) * len(lengths), "batches": 1,
+                               "padding_efficiency": sum(lengths) / (max(lengths) * len(lengths))}
+    _, free = packed_batch(sequences, tokenizer, max_length=sum(lengths))
+    free_counts = TokenCounts(tokenizer.pad_token_id)
+    free_counts.add(free)
+    assert free_counts.totals()["real_tokens"] == sum(lengths) == free_counts.totals()["padded_tokens"]
+    collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=True,
+                                               pad_to_multiple_of=64)
+    multiple = TokenCounts(tokenizer.pad_token_id)
+    multiple.add(collator(sequences))
+    totals = multiple.totals()
+    assert totals["real_tokens"] == sum(lengths) and totals["padded_tokens"] == -(-sum(lengths) // 64) * 64

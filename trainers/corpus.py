@@ -60,6 +60,7 @@ class SourceStats:
     dropped: int = 0
     trained_tokens_cut: int = 0
     repeated: int = 0
+    not_sampled: int = 0  # left out by `fraction` or by a weight share smaller than the source
     tokens: int = 0  # tokens of the train records, after truncation
     trained_tokens: int = 0
 
@@ -133,6 +134,7 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
         stat = SourceStats(source.path, rows=item.n_rows, invalid=len(item.problems), formats=item.formats,
                            missing_split_key=item.missing_split_key)
         records = subsample(item.records, source.fraction, args.mixture_seed + index)
+        stat.not_sampled = len(item.records) - len(records)
         train, held_out = split_by_group(records, args.eval_fraction, args.mixture_seed)
 
         def progress(rows, desc=f"tokenizing {source.path}"):
@@ -152,7 +154,9 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
     train_rows = []
     for stat, part, chosen in zip(stats, train_parts, mixed):
         stat.train_records = len(chosen)
-        stat.repeated = max(0, len(chosen) - len(part))
+        distinct = len({id(row) for row in chosen})
+        stat.repeated = len(chosen) - distinct
+        stat.not_sampled += len(part) - distinct
         stat.tokens = sum(len(row["input_ids"]) for row in chosen)
         stat.trained_tokens = sum(sum(row["assistant_masks"]) for row in chosen)
         train_rows += chosen

@@ -28,6 +28,8 @@ def build_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_fr
     return {
         "sources": [asdict(stat) for stat in corpus.stats],
         "invalid_skipped": len(corpus.problems),
+        "invalid_records": corpus.problems,
+        "dropped_records": corpus.drops,
         "dropped": len(corpus.drops),
         "truncated": sum(stat.truncated for stat in corpus.stats),
         "trained_tokens_cut": sum(stat.trained_tokens_cut for stat in corpus.stats),
@@ -51,8 +53,8 @@ def print_summary(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title="records per source", title_justify="left")
-    columns = ("path", "rows", "invalid", "train_records", "eval_records", "truncated", "dropped", "repeated",
-               "tokens", "trained_tokens")
+    columns = ("path", "rows", "invalid", "train_records", "eval_records", "truncated", "dropped", "not_sampled",
+               "repeated", "tokens", "trained_tokens")
     for column in columns:
         table.add_column(column.replace("_records", "").replace("_", " "), justify="left" if column == "path" else "right")
     for source in summary["sources"]:
@@ -87,7 +89,8 @@ def write_summary(summary: dict) -> None:
     except ImportError:
         return
     if wandb.run is not None:
-        flat = {f"data/{key}": value for key, value in summary.items() if isinstance(value, (int, float))}
+        flat = {f"data/{key}": value for key, value in summary.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)}
         for source in summary["sources"]:
             name = Path(source["path"]).name
             flat.update({f"data/{name}/{key}": value for key, value in source.items() if isinstance(value, int)})

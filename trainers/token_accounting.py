@@ -1,9 +1,8 @@
 """Counts what training actually computes: trained tokens, real tokens and padded positions per batch.
 
-`CountingSFTTrainer` wraps the collator of the training dataloader only (no Trainer hook sees batches;
-evaluation batches are not counted). Padding efficiency is real / padded. Counts are per process; `totals`
-sums them over processes. Batches built in DataLoader worker processes (`dataloader_num_workers > 0`) are
-not seen by this process's counters.
+`CountingSFTTrainer` counts every micro-batch that reaches `training_step` (training only: evaluation batches
+and the batches a resumed run skips are not counted). Padding efficiency is real / padded. Counts are per
+process; `totals` sums them over processes.
 """
 
 from __future__ import annotations
@@ -11,22 +10,22 @@ from __future__ import annotations
 from trl import SFTTrainer
 
 
-class CountingCollator:
-    def __init__(self, collator):
-        self.collator = collator
+class TokenCounts:
+    def __init__(self, pad_token_id: int | None = None):
+        self.pad_token_id = pad_token_id
         self.trained = self.real = self.padded = self.batches = 0
 
-    def __call__(self, examples):
-        batch = self.collator(examples)
-        labels = batch["labels"]
+    def add(self, batch) -> None:
+        labels, input_ids = batch["labels"], batch["input_ids"]
         self.trained += int((labels[..., 1:] != -100).sum())  # positions whose next token is in the loss
         if "attention_mask" in batch:
             self.real += int(batch["attention_mask"].sum())
-        else:  # padding-free: one row of concatenated sequences, padded only to a multiple
-            self.real += sum(len(example["input_ids"]) for example in examples)
-        self.padded += batch["input_ids"].numel()
+        else:  # padding-free: one row of concatenated records, padded at the end only (pad_to_multiple_of)
+            pads = (input_ids[0] == self.pad_token_id) & (batch["position_ids"][0] == 0)
+            tail = len(pads) - int(pads.logical_not().nonzero().max()) - 1 if not pads.all() else len(pads)
+            self.real += input_ids.numel() - tail
+        self.padded += input_ids.numel()
         self.batches += 1
-        return batch
 
     def totals(self, accelerator=None) -> dict:
         import torch
@@ -40,13 +39,12 @@ class CountingCollator:
 
 
 class CountingSFTTrainer(SFTTrainer):
-    """SFTTrainer whose training batches pass through a `CountingCollator` (`self.token_counts`)."""
+    """SFTTrainer that counts the tokens of every training micro-batch in `self.token_counts`."""
 
-    def get_train_dataloader(self):
-        collator = self.data_collator
-        self.token_counts = CountingCollator(collator)
-        self.data_collator = self.token_counts
-        try:
-            return super().get_train_dataloader()
-        finally:
-            self.data_collator = collator
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.token_counts = TokenCounts(self.processing_class.pad_token_id)
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.token_counts.add(inputs)
+        return super().training_step(model, inputs, *args, **kwargs)
