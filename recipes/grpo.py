@@ -1,0 +1,83 @@
+"""GRPO of a terminal agent against a NeMo Gym compatible reward server.
+
+    accelerate launch [--config_file configs/accelerate/X.yaml] recipes/grpo.py [--config configs/grpo/X.yaml]
+        [--reward_url http://host:port[,http://host2:port]] [--key value ...]
+
+With no --config it runs the embedded default (configs/grpo/tiny.yaml): the tiny Qwen3, terminal-pivot rows from
+data/, generation by Transformers on CPU, W&B offline. With no reward_url a reward server is started on loopback
+for the run and stopped after it. Rows the server masks or cannot score stay out of the advantage and are
+counted; prompts longer than max_prompt_length are filtered before training and counted.
+"""
+
+import json
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from accelerate import PartialState
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
+
+from trainers.checkpoints import last_complete_checkpoint
+from trainers.cli import exit_on_user_error, parse_config
+from trainers.corpus import CorpusArguments
+from trainers.grpo_data import build_grpo_prompts
+from trainers.local_reward_server import local_reward_server
+from trainers.reward_client import RewardArguments, RewardClient, make_reward_function
+from trainers.summary import final_loss, wandb_run_dir
+from trainers.tiny_model import resolve_model
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "tiny.yaml"
+
+
+@exit_on_user_error
+def main():
+    corpus_args, reward_args, training_args, model_args = parse_config(
+        (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig), DEFAULT_CONFIG)
+    state = PartialState()
+
+    with state.main_process_first():
+        model_path = resolve_model(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
+    train, held_out, stats, problems = build_grpo_prompts(
+        corpus_args, tokenizer, reward_args.max_prompt_length, reward_args.reward_environment,
+        training_args.chat_template_kwargs)
+
+    urls = reward_args.reward_url.split(",") if reward_args.reward_url else None
+    server = nullcontext(urls) if urls else local_reward_server(reward_args.reward_server_config)
+    with server as served:
+        client = RewardClient(reward_args.client_config(served if urls else [served]))
+        training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
+                                           "attn_implementation": model_args.attn_implementation,
+                                           **(training_args.model_init_kwargs or {})}
+        trainer = GRPOTrainer(model=model_path, reward_funcs=[make_reward_function(client)], args=training_args,
+                              train_dataset=train, eval_dataset=held_out, processing_class=tokenizer,
+                              peft_config=get_peft_config(model_args))
+        resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+        started = time.monotonic()
+        trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model()
+
+    summary = {"sources": [vars(s) for s in stats], "invalid_skipped": len(problems),
+               "too_long_filtered": sum(s.too_long for s in stats), "train_prompts": len(train),
+               "eval_prompts": len(held_out) if held_out is not None else 0,
+               "verify_requests": dict(client.counts), "global_step": trainer.state.global_step,
+               "final_loss": final_loss(trainer.state.log_history), "wall_seconds": time.monotonic() - started,
+               "resumed_from": resume, "reward_urls": served if urls else [served],
+               "output_dir": training_args.output_dir, "wandb_run_dir": wandb_run_dir()}
+    if trainer.is_world_process_zero():
+        Path(training_args.output_dir, "run_summary.json").write_text(json.dumps(summary, indent=2))
+        print("GRPO run summary")
+        for source in summary["sources"]:
+            print(f"  {source['path']}: {source['rows']} rows, {source['invalid']} invalid, {source['too_long']} "
+                  f"prompts over max_prompt_length, {source['train_prompts']} train / {source['eval_prompts']} eval; "
+                  f"environments {source['environments']}")
+        print(f"  steps {summary['global_step']}, final loss {summary['final_loss']}, wall {summary['wall_seconds']:.1f} s")
+        print(f"  /verify on this process: {summary['verify_requests']} (masked and failed samples are excluded "
+              "from the advantage)")
+        print(f"  output dir {summary['output_dir']}; W&B run dir {summary['wandb_run_dir'] or 'none'}")
+    trainer.end()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""NeMo Gym's `multichallenge`: a YES/NO judge call per rubric item, aggregated (reference/nemo_gym.md §2.1).
+
+- The response is the last assistant message's text, think blocks removed.
+- `rubric` falls back to `metadata.rubric`; `context` to `metadata.messages` rendered as `[ROLE]: content`
+  blocks joined by blank lines (`thinking` messages skipped).
+- Each item: the judge gets `judge_prompt_template.format(context, response, question, pass_criteria)`.
+  Verdict: the later of `[[YES]]`/`[[NO]]`; with neither, a last line containing "YES" is YES, else NO (the
+  default). Score 1 when the verdict equals `pass_criteria` ("NO" inverts; any other value counts YES as pass).
+- Aggregation: mean (default), min, max, all (every score >= 0.99), any, weighted (sum s*w / sum w). An empty
+  rubric gives 0.0. One failed judge call masks the whole sample (`judge_failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rewards.environment import Environment, RequestError, base_fields
+from rewards.protocol import VerifyRequest, last_assistant_text, strip_thinking
+
+
+class RubricItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    question: str = ""
+    pass_criteria: str = "YES"
+    weight: float = 1.0
+
+
+class ContextMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Any = "unknown"
+    content: Any = ""
+
+
+class MultiChallengeRequest(VerifyRequest):
+    model_config = ConfigDict(extra="allow")
+
+    uuid: Optional[Union[str, int]] = None
+    task_id: Optional[int] = None
+    rubric: Optional[list[RubricItem]] = None
+    context: Optional[str] = None
+    metadata: Optional[dict[str, Any]] = None
+
+
+def build_context(messages: list[ContextMessage]) -> str:
+    return "\n\n".join(f"[{str(m.role).upper()}]: {m.content}" for m in messages if m.role != "thinking")
+
+
+def extract_verdict(text: str, yes: str, no: str) -> str:
+    yes_pos, no_pos = text.rfind(yes), text.rfind(no)
+    if yes_pos < 0 and no_pos < 0:
+        lines = text.strip().split("\n")
+        last = lines[-1].strip().upper() if lines else ""
+        if "YES" in last:
+            return "YES"
+        return "NO"
+    return "YES" if yes_pos > no_pos else "NO"
+
+
+def score(verdict: str, pass_criteria: str) -> float:
+    if pass_criteria.upper() == "NO":
+        return 1.0 if verdict == "NO" else 0.0
+    return 1.0 if verdict == "YES" else 0.0
+
+
+def aggregate(mode: str, scores: list[float], weights: list[float]) -> float:
+    if not scores:
+        return 0.0
+    if mode == "mean":
+        return sum(scores) / len(scores)
+    if mode == "min":
+        return min(scores)
+    if mode == "max":
+        return max(scores)
+    if mode == "all":
+        return 1.0 if all(s >= 0.99 for s in scores) else 0.0
+    if mode == "any":
+        return 1.0 if any(s >= 0.99 for s in scores) else 0.0
+    if mode == "weighted":
+        total = sum(weights)
+        return 0.0 if total == 0 else sum(s * w for s, w in zip(scores, weights)) / total
+    return 0.0
+
+
+def _fallback(metadata: dict, key: str, model: type[BaseModel]) -> list:
+    value = metadata[key]
+    if not isinstance(value, list):
+        raise RequestError(f"metadata.{key}: must be a list of objects")
+    try:
+        return [model.model_validate(item) for item in value]
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise RequestError(f"metadata.{key}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+class MultiChallenge(Environment):
+    name = "multichallenge"
+    request_model = MultiChallengeRequest
+
+    async def verify(self, request: MultiChallengeRequest, raw: dict) -> dict:
+        cfg = self.config
+        response_text = strip_thinking(last_assistant_text(request.response) or "")
+        metadata = request.metadata or {}
+        context = request.context or ""
+        if not context and "messages" in metadata:
+            context = build_context(_fallback(metadata, "messages", ContextMessage))
+        rubric = request.rubric or []
+        if not rubric and "rubric" in metadata:
+            rubric = _fallback(metadata, "rubric", RubricItem)
+
+        items = [self._evaluate(item, context, response_text) for item in rubric]
+        if cfg.parallel_evaluation and len(items) > 1:
+            outcomes = await asyncio.gather(*items, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            evaluations = list(outcomes)
+        else:
+            evaluations = []
+            try:
+                for item in items:
+                    evaluations.append(await item)
+            finally:
+                for item in items[len(evaluations) + 1:]:
+                    item.close()
+        reward = aggregate(cfg.aggregation_mode, [e["score"] for e in evaluations], [e["weight"] for e in evaluations])
+        return {**self.dump(request, raw, exclude=frozenset({"context", "rubric"})), **base_fields(reward),
+                "context": context, "generated_response": response_text, "rubric_evaluations": evaluations,
+                "aggregation_mode": cfg.aggregation_mode,
+                "num_passed": sum(1 for e in evaluations if e["score"] >= 0.99), "num_total": len(evaluations)}
+
+    async def _evaluate(self, item: RubricItem, context: str, response: str) -> dict:
+        cfg = self.config
+        prompt = cfg.judge_prompt_template.format(context=context, response=response, question=item.question,
+                                                  pass_criteria=item.pass_criteria)
+        messages = ([{"role": "system", "content": cfg.judge_system_message}] if cfg.judge_system_message else [])
+        messages.append({"role": "user", "content": prompt})
+        reply = await self.judge.chat(messages, cfg.judge_params)
+        judge_text = strip_thinking(reply.text)
+        verdict = extract_verdict(judge_text, cfg.yes_label, cfg.no_label)
+        return {"question": item.question, "pass_criteria": item.pass_criteria, "judge_prompt": prompt,
+                "judge_response": judge_text, "verdict": verdict, "score": score(verdict, item.pass_criteria),
+                "weight": item.weight}
+

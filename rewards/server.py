@@ -1,0 +1,109 @@
+"""`python -m rewards.server`: the reward server (NeMo Gym `/verify` protocol) on uvicorn.
+
+    python -m rewards.server                                    # every environment, routed by agent_ref.name
+    python -m rewards.server --config configs/rewards/terminus_judge_llm.yaml --judge_base_url http://judge:8000/v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from rewards.config import ConfigError, ServerConfig, load_config
+
+CONFIG_ENV = "REWARDS_SERVER_CONFIG_JSON"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2
+        print(f"error: {message} (see python -m rewards.server --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m rewards.server", description=(
+        "Reward server speaking NeMo Gym's resources-server protocol (POST /verify, /seed_session, /close_session; "
+        "GET /health, /metrics) for the terminus_judge, multichallenge and verifif environments. Without --config "
+        "it serves every environment, routed by agent_ref.name, with terminus_judge in string-only mode."))
+    p.add_argument("--config", help="YAML config (configs/rewards/*.yaml); flags below override it")
+    p.add_argument("--environment", choices=["terminus_judge", "multichallenge", "verifif"],
+                   help="serve only this environment (rows need no agent_ref)")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--judge_base_url", help="OpenAI-compatible judge server, ending in /v1")
+    p.add_argument("--judge_model", help="model name sent to the judge")
+    p.add_argument("--judge_api_key", help="bearer key for the judge (default: $JUDGE_API_KEY)")
+    p.add_argument("--judge_max_concurrency", type=int, help="judge calls in flight at most (default 64)")
+    p.add_argument("--judge_timeout", type=float, help="seconds per judge call attempt (default 120)")
+    p.add_argument("--judge_retries", type=int, help="retries on connection errors, 5xx and 429 (default 3)")
+    p.add_argument("--auth_token", help="require 'Authorization: Bearer TOKEN' (default: $REWARD_SERVER_TOKEN)")
+    p.add_argument("--max_body_bytes", type=int, help="largest request body accepted (default 32 MiB)")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    p.add_argument("--log_level", default=None, choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
+    args = build_parser().parse_args(argv)
+    overrides = {
+        "environment": args.environment, "host": args.host, "port": args.port,
+        "judge.base_url": args.judge_base_url, "judge.model": args.judge_model,
+        "judge.api_key": args.judge_api_key or os.environ.get("JUDGE_API_KEY"),
+        "judge.max_concurrency": args.judge_max_concurrency, "judge.timeout": args.judge_timeout,
+        "judge.retries": args.judge_retries,
+        "auth_token": args.auth_token or os.environ.get("REWARD_SERVER_TOKEN"),
+        "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
+    }
+    config = load_config(args.config, overrides)
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    needs_judge = [name for name in config.environments()
+                   if name != "terminus_judge" or config.terminus_judge.enable_llm_judge]
+    if config.judge.base_url is None:
+        if config.environment is not None and needs_judge:
+            raise ConfigError(f"{config.environment} needs an LLM judge: pass --judge_base_url URL "
+                              "(an OpenAI-compatible server, ending in /v1) or set judge.base_url in the config")
+        if config.terminus_judge.enable_llm_judge:
+            raise ConfigError("terminus_judge.enable_llm_judge is on but no judge is set: pass --judge_base_url URL")
+    return config, args.workers
+
+
+def app_from_env():
+    """uvicorn factory for --workers > 1: the resolved config travels in an environment variable."""
+    from rewards.app import create_app
+
+    return create_app(ServerConfig.model_validate(json.loads(os.environ[CONFIG_ENV])))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        config, workers = resolve(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    import uvicorn
+
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("rewards")
+    served = ", ".join(config.environments())
+    log.info("serving %s on http://%s:%d (judge: %s; auth: %s)", served, config.host, config.port,
+             config.judge.base_url or "none", "bearer token" if config.auth_token else "none")
+    if config.judge.base_url is None and any(n != "terminus_judge" for n in config.environments()):
+        log.warning("no judge configured: multichallenge and verifif rows that need one come back masked "
+                    "(failure_kind judge_failed); pass --judge_base_url to score them")
+    common = dict(host=config.host, port=config.port, log_level=config.log_level, access_log=False,
+                  timeout_keep_alive=30)
+    if workers > 1:
+        os.environ[CONFIG_ENV] = config.model_dump_json()
+        uvicorn.run("rewards.server:app_from_env", factory=True, workers=workers, **common)
+    else:
+        from rewards.app import create_app
+
+        uvicorn.run(create_app(config), **common)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""NeMo Gym's `terminus_judge`: is the policy's next Terminus action the teacher's (`expected_answer`)?
+
+The checks, in NeMo Gym's order (reference/nemo_gym.md §1.4); the first that fails ends the verify with reward 0:
+ 1. `expected_answer` (or `metadata.expected_answer`) missing or empty        -> expected_answer_invalid
+ 2. the text of ALL assistant messages, joined by "\\n", stripped, is empty  -> model_output_invalid
+ 3. think stripping: the text after the last `</think>`, stripped
+ 4. the expected answer is not a JSON object                                -> expected_answer_invalid
+ 5. `json.loads` of the whole text is not a JSON object (no extraction)     -> model_output_invalid
+ 6. `metadata.harness` is not terminus_1 / terminus_2                       -> unknown_harness
+ 7. the expected answer fails the harness schema                            -> expected_answer_invalid
+ 8. the prediction fails the harness schema (extra keys included)           -> schema_check_failed
+ 9. the gold says the task is complete and the prediction does not          -> task_complete_check_failed
+10. string similarity (if enabled): SequenceMatcher ratio of the concatenated keystrokes >= the row's
+    `threshold`, else the configured one -> reward 1.0; below it -> the judge if enabled, else
+    string_similarity_below_threshold
+11. the LLM judge (if needed and enabled): `[[A=B]]` -> 1.0 (with `check_twice_swap`, the swapped call must say
+    `[[A=B]]` too, else `reward_if_swap_fails`), `[[A!=B]]` -> judge_not_equivalent, no verdict ->
+    judge_parsing_failed (judge_swap_parsing_failed for the swapped call)
+12. neither similarity nor judge enabled: passing 1-9 gives 1.0.
+A judge call that fails is `judge_failed` (masked), not a score.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from difflib import SequenceMatcher
+from typing import Any, Optional, Union
+
+from jsonschema.exceptions import best_match
+from openapi_schema_validator import OAS31Validator
+from pydantic import ConfigDict
+
+from rewards.environment import Environment, base_fields
+from rewards.judge import JudgeError
+from rewards.protocol import VerifyRequest, all_assistant_text, dump_create_params
+from rewards.terminus_schemas import SCHEMAS
+
+logger = logging.getLogger(__name__)
+
+for _schema in SCHEMAS.values():
+    OAS31Validator.check_schema(_schema)
+VALIDATORS = {harness: OAS31Validator(schema) for harness, schema in SCHEMAS.items()}
+
+
+class TerminusJudgeRequest(VerifyRequest):
+    model_config = ConfigDict(extra="allow")
+
+    uuid: Optional[Union[str, int]] = None
+    expected_answer: Optional[str] = None  # a JSON *string*; an object is a 422, as in NeMo Gym
+    metadata: Optional[dict[str, Any]] = None
+    threshold: Optional[float] = None
+
+
+def schema_errors(instance: Any, harness: str) -> Optional[str]:
+    """`openapi_schema_validator.validate(instance, schema)` without rebuilding the validator: the best error."""
+    error = best_match(VALIDATORS[harness].iter_errors(instance))
+    return None if error is None else error.message
+
+
+def keystrokes(action: dict) -> list[str]:
+    return [cmd.get("keystrokes", "") for cmd in action.get("commands", []) if "keystrokes" in cmd]
+
+
+def command_similarity(expected: dict, predicted: dict) -> float:
+    gold, pred = keystrokes(expected), keystrokes(predicted)
+    if not gold and not pred:
+        return 1.0
+    if not gold or not pred:
+        return 0.0
+    return SequenceMatcher(None, "".join(gold), "".join(pred)).ratio()
+
+
+def task_complete_ok(predicted: dict, expected: dict) -> bool:
+    """One-way: fails only when the gold says complete and the prediction does not."""
+    if "task_complete" in expected and expected["task_complete"]:
+        if "task_complete" not in predicted or not predicted["task_complete"]:
+            return False
+    elif "is_task_complete" in expected and expected["is_task_complete"]:
+        if "is_task_complete" not in predicted or not predicted["is_task_complete"]:
+            return False
+    return True
+
+
+def parse_verdict(text: str, equal: str, not_equal: str) -> tuple[bool, Optional[str]]:
+    """The rightmost label in the last 200 characters; failing that, the first label in the whole text."""
+    tail = text[-200:] if len(text) > 200 else text
+    eq, neq = tail.rfind(equal), tail.rfind(not_equal)
+    if eq >= 0 or neq >= 0:
+        if eq >= 0 and (neq < 0 or eq > neq):
+            return True, equal
+        if neq >= 0:
+            return False, not_equal
+    eq, neq = text.find(equal), text.find(not_equal)
+    if eq >= 0 and (neq < 0 or eq < neq):
+        return True, equal
+    if neq >= 0:
+        return False, not_equal
+    return False, None
+
+
+def expected_answer_of(request: TerminusJudgeRequest) -> Optional[str]:
+    if request.expected_answer:
+        return str(request.expected_answer)
+    value = (request.metadata or {}).get("expected_answer")
+    return str(value) if value is not None else None
+
+
+class TerminusJudge(Environment):
+    name = "terminus_judge"
+    request_model = TerminusJudgeRequest
+
+    def __init__(self, config, judge):
+        super().__init__(config, judge)
+        self.template = config.prompt_template() if config.enable_llm_judge else None
+
+    async def verify(self, request: TerminusJudgeRequest, raw: dict) -> dict:
+        cfg = self.config
+        state: dict[str, Any] = dict(reward=0.0, failure_reason="none", parsed_output=None, similarity_score=None,
+                                     schema_check_passed=None, task_complete_check_passed=None,
+                                     string_similarity_passed=None, judge_passed=None, judge_evaluations=[])
+
+        def result(expected: str, model_output: str) -> dict:
+            return {"responses_create_params": dump_create_params(request.responses_create_params),
+                    "response": raw["response"], **base_fields(state["reward"], state["failure_reason"]),
+                    "uuid": request.uuid, "expected_answer": expected, "model_output": model_output,
+                    "parsed_output": state["parsed_output"], "similarity_score": state["similarity_score"],
+                    "schema_check_passed": state["schema_check_passed"],
+                    "task_complete_check_passed": state["task_complete_check_passed"],
+                    "string_similarity_passed": state["string_similarity_passed"],
+                    "judge_passed": state["judge_passed"], "judge_evaluations": state["judge_evaluations"],
+                    "metadata": request.metadata, "threshold": request.threshold}
+
+        def fail(reason: str, expected: str, model_output: str) -> dict:
+            state["failure_reason"] = reason
+            return result(expected, model_output)
+
+        expected = expected_answer_of(request)
+        if not expected:
+            return fail("expected_answer_invalid", "", "")
+        generated = all_assistant_text(request.response)
+        if not generated:
+            return fail("model_output_invalid", expected, "")
+        text = generated.split("</think>")[-1].strip() if "</think>" in generated else generated
+        try:
+            expected_dict = json.loads(expected)
+        except (json.JSONDecodeError, RecursionError):
+            return fail("expected_answer_invalid", expected, text)
+        if not isinstance(expected_dict, dict):
+            return fail("expected_answer_invalid", expected, text)
+        try:
+            predicted = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):  # (too deep to parse: not a Terminus action either)
+            return fail("model_output_invalid", expected, text)
+        if not isinstance(predicted, dict):
+            return fail("model_output_invalid", expected, text)
+        state["parsed_output"] = predicted
+        harness = request.metadata.get("harness") if request.metadata else None
+        if not isinstance(harness, str) or harness not in SCHEMAS:
+            return fail("unknown_harness", expected, text)
+        if schema_errors(expected_dict, harness) is not None:
+            return fail("expected_answer_invalid", expected, text)
+        if schema_errors(predicted, harness) is not None:
+            state["schema_check_passed"] = False
+            return fail("schema_check_failed", expected, text)
+        state["schema_check_passed"] = True
+        if not task_complete_ok(predicted, expected_dict):
+            state["task_complete_check_passed"] = False
+            return fail("task_complete_check_failed", expected, text)
+        state["task_complete_check_passed"] = True
+
+        try:
+            need_judge = False
+            if cfg.enable_string_similarity:
+                state["similarity_score"] = command_similarity(expected_dict, predicted)
+                threshold = request.threshold if request.threshold is not None else cfg.string_similarity_threshold
+                if state["similarity_score"] >= threshold:
+                    state.update(string_similarity_passed=True, reward=1.0, failure_reason="none")
+                else:
+                    state["string_similarity_passed"] = False
+                    need_judge = cfg.enable_llm_judge
+                    if not need_judge:
+                        state["failure_reason"] = "string_similarity_below_threshold"
+            else:
+                need_judge = cfg.enable_llm_judge
+            if need_judge:
+                await self._judge(state, expected=expected, generated=text)
+            if not cfg.enable_string_similarity and not cfg.enable_llm_judge:
+                state.update(reward=1.0, failure_reason="none")
+        except JudgeError:
+            raise
+        except Exception as err:  # NeMo Gym's unknown_error: reward stays as it was
+            logger.error("terminus_judge uuid=%s unknown error: %s: %s", request.uuid, type(err).__name__, err)
+            state["failure_reason"] = "unknown_error"
+        return result(expected, text)
+
+    async def _judge(self, state: dict, *, expected: str, generated: str) -> None:
+        cfg = self.config
+        first_equal, first = await self._evaluate(expected, generated)
+        state["judge_evaluations"].append(first)
+        if first["verdict_label"] is None:
+            state.update(failure_reason="judge_parsing_failed", reward=0.0)
+        elif first_equal:
+            if cfg.check_twice_swap:
+                second_equal, second = await self._evaluate(generated, expected)
+                state["judge_evaluations"].append(second)
+                if second["verdict_label"] is None:
+                    state.update(failure_reason="judge_swap_parsing_failed", reward=0.0)
+                elif second_equal:
+                    state.update(judge_passed=True, reward=1.0, failure_reason="none")
+                else:
+                    state.update(judge_passed=False, reward=cfg.reward_if_swap_fails,
+                                 failure_reason="judge_not_equivalent")
+            else:
+                state.update(judge_passed=True, reward=1.0, failure_reason="none")
+        else:
+            state.update(judge_passed=False, failure_reason="judge_not_equivalent", reward=0.0)
+
+    async def _evaluate(self, expected: str, generated: str) -> tuple[bool, dict]:
+        cfg = self.config
+        prompt = self.template.format(expected_answer=expected, generated_answer=generated)
+        messages = ([{"role": "system", "content": cfg.judge_system_message}] if cfg.judge_system_message else [])
+        messages.append({"role": "user", "content": prompt})
+        reply = await self.judge.chat(messages, cfg.judge_params)
+        equal, label = (False, None)
+        if reply.text:
+            equal, label = parse_verdict(reply.text, cfg.judge_equal_label, cfg.judge_not_equal_label)
+        return equal, {"responses_create_params": reply.request, "response": reply.response, "verdict_label": label}

@@ -1,0 +1,189 @@
+"""The GRPO side of the NeMo Gym reward protocol: an async TRL reward function that posts each completion
+to a `/verify` URL (ours or a NeMo Gym resources server) and returns its reward.
+
+For each completion it posts the dataset row plus `response` (a Responses object, `rewards.protocol.make_response`)
+over pooled connections, with a per-request timeout and retries with exponential backoff and jitter on
+connection errors, timeouts, 429 and 5xx; requests are spread round-robin over several URLs (a retry moves to
+the next one). A sample the server masks (`mask_sample: true`, e.g. the judge failed) or that fails for good
+is returned as None, which TRL keeps out of the advantage; it is never scored 0. Both are counted and logged
+(`reward_server/...`). After `max_consecutive_failures` infrastructure failures in a row the run stops with a
+message naming the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+
+from rewards.protocol import make_response
+from trainers.errors import UserError
+
+RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class RewardServerUnavailable(UserError):
+    """The reward server failed too many times in a row; training cannot go on without rewards."""
+
+
+@dataclass
+class RewardArguments:
+    """Reward keys of the GRPO recipe's config (YAML or --key value)."""
+
+    reward_url: str | None = field(default=None, metadata={"help": (
+        "NeMo Gym compatible /verify server(s), comma-separated (requests are spread over them). None starts a "
+        "local reward server on loopback for the run.")})
+    reward_server_config: str | None = field(default=None, metadata={
+        "help": "configs/rewards/*.yaml for the local reward server (only without reward_url)."})
+    reward_environment: str | None = field(default=None, metadata={
+        "help": "agent_ref.name given to rows that have none (e.g. terminus_judge_simple_agent)."})
+    reward_timeout: float = field(default=60.0, metadata={"help": "Seconds per /verify request."})
+    reward_retries: int = field(default=4, metadata={"help": "Retries per request (exponential backoff, jitter)."})
+    reward_max_consecutive_failures: int = field(default=20, metadata={
+        "help": "Stop the run after this many failed requests in a row."})
+    reward_auth_token: str | None = field(default=None, metadata={"help": "Bearer token for the reward server."})
+    max_prompt_length: int | None = field(default=None, metadata={
+        "help": "Prompts longer than this many tokens are filtered out before training (and counted)."})
+
+    def client_config(self, urls: list[str]) -> "RewardClientConfig":
+        return RewardClientConfig(urls=urls, timeout=self.reward_timeout, retries=self.reward_retries,
+                                  max_consecutive_failures=self.reward_max_consecutive_failures,
+                                  auth_token=self.reward_auth_token)
+
+
+@dataclass
+class RewardClientConfig:
+    urls: list[str]
+    timeout: float = 60.0  # seconds per request
+    retries: int = 4  # extra attempts after the first
+    backoff: float = 0.5  # first backoff in seconds; doubles per retry, with full jitter
+    max_backoff: float = 10.0
+    max_consecutive_failures: int = 20
+    max_connections: int = 256
+    auth_token: str | None = None
+
+
+@dataclass
+class VerifyOutcome:
+    reward: float | None  # None: masked or failed, kept out of the advantage
+    status: str  # "ok", "masked", "failed"
+    failure_kind: str | None = None
+    details: dict = field(default_factory=dict)  # numeric fields of the verify response
+
+
+class RewardClient:
+    def __init__(self, config: RewardClientConfig):
+        if not config.urls:
+            raise ValueError("reward_url: at least one URL is needed")
+        self.config = config
+        self.urls = [url.rstrip("/") for url in config.urls]
+        self._next = 0
+        self._clients: dict[int, httpx.AsyncClient] = {}  # one pool per event loop
+        self._lock = threading.Lock()
+        self.consecutive_failures = 0
+        self.counts: Counter = Counter()
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._clients:
+            headers = {"Authorization": f"Bearer {self.config.auth_token}"} if self.config.auth_token else {}
+            limits = httpx.Limits(max_connections=self.config.max_connections,
+                                  max_keepalive_connections=self.config.max_connections)
+            self._clients[loop] = httpx.AsyncClient(timeout=self.config.timeout, limits=limits, headers=headers)
+        return self._clients[loop]
+
+    def _pick_url(self) -> str:
+        with self._lock:
+            url = self.urls[self._next % len(self.urls)]
+            self._next += 1
+        return url
+
+    async def verify(self, row: dict, text: str) -> VerifyOutcome:
+        body = dict(row, response=make_response(text))
+        error = ""
+        url = self._pick_url()
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                delay = min(self.config.max_backoff, self.config.backoff * 2 ** (attempt - 1))
+                await asyncio.sleep(random.uniform(0, delay))
+                url = self._pick_url()
+            try:
+                reply = await self._client().post(f"{url}/verify", json=body)
+            except httpx.HTTPError as err:  # connection refused or dropped, timeouts
+                error = f"{url}/verify: {type(err).__name__}: {err}"
+                continue
+            if reply.status_code in RETRYABLE_STATUS:
+                error = f"{url}/verify: HTTP {reply.status_code}: {reply.text[:200]}"
+                continue
+            if reply.status_code != 200:  # a 4xx: this request will not get better by retrying
+                error = f"{url}/verify: HTTP {reply.status_code}: {reply.text[:300]}"
+                return self._failed("bad_request", error)
+            try:
+                result = reply.json()
+                reward = float(result["reward"])
+            except (ValueError, KeyError, TypeError):
+                error = f"{url}/verify: the answer has no numeric 'reward': {reply.text[:200]}"
+                return self._failed("bad_response", error)
+            self.consecutive_failures = 0
+            details = {k: float(v) for k, v in result.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "reward"}
+            if result.get("mask_sample"):
+                kind = result.get("failure_kind") or "masked"
+                self.counts[f"masked/{kind}"] += 1
+                return VerifyOutcome(None, "masked", kind, details)
+            self.counts["ok"] += 1
+            reason = result.get("failure_reason")  # why a scored sample got its reward, e.g. schema_check_failed
+            return VerifyOutcome(reward, "ok", None if reason in (None, "", "none") else str(reason), details)
+        return self._failed("unreachable", error)
+
+    def _failed(self, kind: str, error: str) -> VerifyOutcome:
+        self.consecutive_failures += 1
+        self.counts[f"failed/{kind}"] += 1
+        if self.consecutive_failures >= self.config.max_consecutive_failures:
+            raise RewardServerUnavailable(
+                f"reward server failed {self.consecutive_failures} times in a row (last: {error}); check that it runs "
+                f"and answers at {', '.join(self.urls)} (reward_url), or raise reward_max_consecutive_failures")
+        return VerifyOutcome(None, "failed", kind, {"error": error})
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+def completion_text(completion) -> str:
+    """TRL gives a string (standard data) or a list of messages (conversational): join the assistant texts."""
+    if isinstance(completion, str):
+        return completion
+    return "\n".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+
+
+def make_reward_function(client: RewardClient):
+    """An async TRL reward function; the dataset's `row` column holds each NeMo Gym row as a JSON string."""
+
+    async def nemo_gym_verify(prompts, completions, row, log_metric=None, log_extra=None, **kwargs):
+        outcomes = await asyncio.gather(*(client.verify(json.loads(r), completion_text(c))
+                                          for r, c in zip(row, completions)))
+        if log_metric is not None:
+            statuses = Counter(outcome.status for outcome in outcomes)
+            for status in ("ok", "masked", "failed"):
+                log_metric(f"reward_server/{status}_fraction", statuses[status] / len(outcomes))
+            kinds = Counter(outcome.failure_kind for outcome in outcomes if outcome.failure_kind)
+            for kind, count in kinds.items():
+                log_metric(f"reward_server/failure/{kind}", count / len(outcomes))
+            keys = {key for outcome in outcomes for key in outcome.details if key != "error"}
+            for key in sorted(keys):
+                values = [o.details[key] for o in outcomes if isinstance(o.details.get(key), float)]
+                if values:
+                    log_metric(f"reward_server/{key}", sum(values) / len(values))
+        if log_extra is not None:
+            log_extra("verify_status", [outcome.status for outcome in outcomes])
+            log_extra("failure", [outcome.failure_kind or "" for outcome in outcomes])
+        return [outcome.reward for outcome in outcomes]
+
+    return nemo_gym_verify
