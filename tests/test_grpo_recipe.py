@@ -56,7 +56,8 @@ def reward_server():
 
 def test_embedded_default_starts_and_stops_its_own_reward_server(tmp_path):
     out = tmp_path / "out"
-    result = run(grpo_command("--output_dir", str(out), *FAST))
+    with_wandb = [arg for arg in FAST if arg not in ("--report_to", "none")]  # the default: W&B offline
+    result = run(grpo_command("--output_dir", str(out), *with_wandb), env={"WANDB_DIR": str(tmp_path)})
     assert_ok(result)
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["global_step"] == 2 and (out / "checkpoint-2").is_dir()
@@ -66,6 +67,10 @@ def test_embedded_default_starts_and_stops_its_own_reward_server(tmp_path):
     [url] = summary["reward_urls"]
     assert url.startswith("http://127.0.0.1:") and port_is_closed(url)  # stopped after the run
     assert "GRPO run summary" in result.stdout
+    tables = list((tmp_path / "wandb").glob("offline-run-*/files/media/table/completions_*.table.json"))
+    assert tables, "no W&B completions table"
+    columns = json.loads(tables[0].read_text())["columns"]
+    assert {"prompt", "completion", "nemo_gym_verify", "verify_status", "failure", "advantage"} <= set(columns)
 
 
 def test_two_ranks_under_zero2_against_a_live_server(tmp_path, reward_server):
