@@ -111,5 +111,12 @@ class FlakyServer:
             writer.close()
 
     def stop(self):
-        self.server.close()
+        async def shutdown():
+            self.server.close()
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
