@@ -31,6 +31,36 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+RANDOM_MODELS = {  # Qwen3 shapes (config.json of the released checkpoints), any vocab
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128),
+}
+
+
+def build_random_model(shape: str, tokenizer_dir: str, out: Path) -> str:
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=40960, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **RANDOM_MODELS[shape])
+    Qwen3ForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def dense_flops_per_token(model_path: str) -> float:
+    """6 x parameters (forward and backward of the dense layers); attention's L^2 term is left out."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    heads, kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    per_layer = d * head_dim * (heads + 2 * kv) + heads * head_dim * d + 3 * d * ffn
+    return 6.0 * (layers * per_layer + config.vocab_size * d)
+
+
 def _chars(messages) -> int:
     return sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls", []))) for m in messages)
 
@@ -109,7 +139,13 @@ def main() -> None:
     parser.add_argument("--max_length", type=int, default=16384)
     parser.add_argument("--batch_size", type=int, default=2)
     parser.add_argument("--model_name_or_path", default="builtin:tiny-qwen3")
+    parser.add_argument("--random_model", choices=sorted(RANDOM_MODELS), help=(
+        "instead of --model_name_or_path: random weights in a real model's shape, with the tiny model's tokenizer "
+        "(for GPU timings where no checkpoint can be downloaded)"))
+    parser.add_argument("--peak_tflops", type=float, default=989.0,
+                        help="accelerator's dense bf16 peak for MFU (H100/H200 SXM datasheet: 989)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gradient_checkpointing", action="store_true", help="for every run (memory on GPUs)")
     parser.add_argument("--out", default=str(REPO / "bench/results/sft_throughput.json"))
     args = parser.parse_args()
 
@@ -125,9 +161,12 @@ def main() -> None:
     import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
 
     disable_progress_bar()
-    model_path = resolve_model(args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
     tmp = Path(tempfile.mkdtemp(prefix="sft-bench-"))
+    model_path = resolve_model(args.model_name_or_path)
+    if args.random_model:
+        model_path = build_random_model(args.random_model, model_path, tmp / "model")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    flops_per_token = dense_flops_per_token(model_path)
     pivots, chats = build_corpus(args.records, args.seed)
     for name, rows in (("pivot.jsonl", pivots), ("chat.jsonl", chats)):
         (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -138,12 +177,17 @@ def main() -> None:
     common = dict(max_length=args.max_length, per_device_train_batch_size=args.batch_size, num_train_epochs=1,
                   learning_rate=1e-4, lr_scheduler_type="constant", logging_steps=1000, save_strategy="no",
                   report_to="none", use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(),
-                  gradient_checkpointing=False, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True)
+                  gradient_checkpointing=args.gradient_checkpointing, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True)
 
     corpus_args = CorpusArguments(datasets=[str(tmp / "pivot.jsonl"), str(tmp / "chat.jsonl")], truncation="turns")
     records = [r for path in ("pivot.jsonl", "chat.jsonl")
                for r in load_source(Source(str(tmp / path)), "metadata.source_trajectory_uid").records]
-    ours_attention = "flash_attention_2" if torch.cuda.is_available() else "varlen_sdpa"
+    try:
+        import flash_attn  # noqa: F401
+
+        ours_attention = "flash_attention_2" if torch.cuda.is_available() else "varlen_sdpa"
+    except ImportError:  # varlen_sdpa runs each packed record as its own causal SDPA call, on CPU or GPU
+        ours_attention = "varlen_sdpa"
 
     def baseline(name, **config):
         dataset = trl_dataset(records)
@@ -170,20 +214,32 @@ def main() -> None:
         prep_seconds = time.perf_counter() - prep
         result = train_once(name, trainer)
         result["prep_seconds"] = round(prep_seconds, 2)
+        result["dense_tflops_per_second"] = round(flops_per_token * result["real_tokens"] / result["seconds"] / 1e12, 2)
+        if torch.cuda.is_available():
+            result["dense_mfu"] = round(result["dense_tflops_per_second"] / args.peak_tflops, 4)
+            result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            torch.cuda.reset_peak_memory_stats()
+
         if hasattr(trainer, "corpus"):
             result["dropped_records"] = len(trainer.corpus.drops)
             result["truncated_records"] = sum(stat.truncated for stat in trainer.corpus.stats)
         elif not trainer.args.packing:  # TRL truncates keep_start and drops fully masked records without a word
             result["dropped_records"] = len(records) - len(trainer.train_dataset)
         results.append(result)
+        del trainer
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     report = {
         "command": "python " + " ".join(sys.argv),
         "corpus": {"records": len(records), "pivot_prompt_chars_mean": round(sum(prompt_chars) / len(prompt_chars)),
                    "pivot_answer_chars_mean": round(sum(answer_chars) / len(answer_chars)),
                    "trajectory_chars_median": sorted(chat_chars)[len(chat_chars) // 2],
                    "trajectory_chars_max": max(chat_chars)},
-        "max_length": args.max_length, "batch_size": args.batch_size, "device": "cuda" if torch.cuda.is_available()
-        else f"cpu ({torch.get_num_threads()} threads)", "model": args.model_name_or_path,
+        "max_length": args.max_length, "batch_size": args.batch_size,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "model": args.random_model or args.model_name_or_path, "versions": {
+            "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+            "trl": __import__("trl").__version__},
         "results": results,
         "ratio_trained_tokens_per_second_ours_vs_baseline": round(results[-1]["trained_tokens_per_second"]
                                                                   / results[0]["trained_tokens_per_second"], 3),
