@@ -12,8 +12,12 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
 comma := ,
 
-.PHONY: setup sft test bench clean
-setup: $(VENV)/.installed
+.PHONY: setup harbor sft test bench clean
+setup: $(VENV)/.installed harbor
+
+# Harbor (evals) lives in its own Python >= 3.12 venv, .venv-harbor: its pins differ from the training stack's
+harbor:
+	bash eval/setup_harbor.sh
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed; set PYTHON=python3.11"'
@@ -31,6 +35,9 @@ test: setup
 
 bench: setup
 	$(PY) bench/sft_throughput.py
+	$(PY) bench/grpo_reward_overhead.py
+	$(PY) bench/reward_server.py
+	$(PY) bench/eval_throughput.py
 
 clean:
 	rm -rf outputs wandb bench/results

@@ -21,6 +21,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 from trainers.checkpoints import last_complete_checkpoint
 from trainers.cli import exit_on_user_error, parse_config
 from trainers.corpus import CorpusArguments
+from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.grpo_data import build_grpo_prompts
 from trainers.local_reward_server import local_reward_server
 from trainers.reward_client import RewardArguments, RewardClient, make_reward_function
@@ -32,8 +33,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "tin
 
 @exit_on_user_error
 def main():
-    corpus_args, reward_args, training_args, model_args = parse_config(
-        (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig), DEFAULT_CONFIG)
+    corpus_args, reward_args, training_args, model_args, eval_args = parse_config(
+        (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
     state = PartialState()
 
     with state.main_process_first():
@@ -52,7 +53,8 @@ def main():
                                            **(training_args.model_init_kwargs or {})}
         trainer = GRPOTrainer(model=model_path, reward_funcs=[make_reward_function(client)], args=training_args,
                               train_dataset=train, eval_dataset=held_out, processing_class=tokenizer,
-                              peft_config=get_peft_config(model_args))
+                              peft_config=get_peft_config(model_args),
+                              callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
         resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
         started = time.monotonic()
         trainer.train(resume_from_checkpoint=resume)

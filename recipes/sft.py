@@ -5,7 +5,7 @@
 With no --config it trains the embedded default (configs/sft/tiny.yaml): a tiny Qwen3 built offline, the
 sample corpora in data/, CPU, W&B offline. The loss covers every assistant turn and nothing else; records
 longer than max_length are truncated by whole turns or dropped, and counted; a run resumes from the last
-complete checkpoint in output_dir.
+complete checkpoint in output_dir; every checkpoint is evaluated on `eval_suites` (eval/), scores logged to W&B.
 """
 
 import time
@@ -18,6 +18,7 @@ from trl import ModelConfig, SFTConfig, get_peft_config
 from trainers.checkpoints import last_complete_checkpoint
 from trainers.cli import exit_on_user_error, parse_config
 from trainers.corpus import CorpusArguments, build_sft_corpus
+from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.summary import build_summary, print_summary, write_summary
 from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
@@ -28,7 +29,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny
 
 @exit_on_user_error
 def main():
-    corpus_args, training_args, model_args = parse_config((CorpusArguments, SFTConfig, ModelConfig), DEFAULT_CONFIG)
+    corpus_args, training_args, model_args, eval_args = parse_config(
+        (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
     state = PartialState()
 
     with state.main_process_first():  # the main process builds the tiny model (if asked for) before the others
@@ -40,7 +42,8 @@ def main():
                                        "attn_implementation": model_args.attn_implementation,
                                        **(training_args.model_init_kwargs or {})}
     trainer = CountingSFTTrainer(model=model_path, args=training_args, train_dataset=corpus.train, eval_dataset=corpus.eval,
-                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
+                         processing_class=tokenizer, peft_config=get_peft_config(model_args),
+                         callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
 
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
     started = time.monotonic()

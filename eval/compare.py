@@ -1,0 +1,269 @@
+"""Every checkpoint's eval scores across runs: a table in the terminal and a PNG plot.
+
+    python -m eval.compare DIR... [--out report.png] [--json]
+
+Each DIR is a run output dir (its checkpoint-*/eval_results*.json, and its own eval_results*.json for the
+final model) or a checkpoint dir (its eval_results*.json). An eval_results file is the one `eval.run`
+writes (DESIGN.md §6): {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks",
+"harbor_job_dir"}. The table has a row per run/checkpoint/step and, for each suite, its metrics; the plot
+shows score against step, one line per run and suite (mean_reward with the leaderboard stderr, plus
+MT@k and case_score for multi-step suites). `--json` prints the rows instead of the table.
+Exit status 2, with one line on stderr, when a DIR is missing or holds no eval results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+RESULTS_GLOB = "eval_results*.json"
+_CKPT = re.compile(r"checkpoint-(\d+)$")
+
+
+class CompareError(ValueError):
+    pass
+
+
+def _step_of(ckpt_dir: Path, data: dict) -> int | None:
+    step = data.get("global_step")
+    if isinstance(step, int):
+        return step
+    match = _CKPT.search(ckpt_dir.name)
+    if match:
+        return int(match.group(1))
+    try:
+        return int(json.loads((ckpt_dir / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CompareError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+        raise CompareError(f"{path}: not an eval_results file (no \"metrics\" object)")
+    return data
+
+
+def _checkpoint_dirs(run_dir: Path) -> list[Path]:
+    ckpts = [p for p in run_dir.iterdir() if p.is_dir() and _CKPT.search(p.name)]
+    return sorted(ckpts, key=lambda p: int(_CKPT.search(p.name).group(1)))
+
+
+def collect(dirs: list[str | Path]) -> list[dict]:
+    """Rows {"run", "checkpoint", "step", "suite", "agent", "model", "metrics", "path"} of every result found."""
+    rows: list[dict] = []
+    for raw in dirs:
+        d = Path(raw)
+        if not d.is_dir():
+            raise CompareError(f"{d}: no such directory")
+        ckpts = _checkpoint_dirs(d)
+        resolved = d.resolve()
+        if ckpts:  # a run dir: its checkpoints, then its own results (the final model)
+            run_dir = resolved
+            places = ckpts + [d]
+        else:  # a checkpoint dir (its run is the parent), or a run dir holding results without checkpoints
+            run_dir = resolved.parent if _CKPT.search(resolved.name) else resolved
+            places = [d]
+        found = 0
+        for place in places:
+            for path in sorted(place.glob(RESULTS_GLOB)):
+                data = _load(path)
+                found += 1
+                rows.append({
+                    "run": run_dir.name,
+                    "checkpoint": "final" if (ckpts and place == d) else place.resolve().name,
+                    "step": _step_of(place, data),
+                    "suite": str(data.get("suite") or path.stem.removeprefix("eval_results").strip("_-.") or "?"),
+                    "agent": data.get("agent"),
+                    "model": data.get("model"),
+                    "metrics": data["metrics"],
+                    "path": str(path),
+                    "_run_dir": run_dir,
+                })
+        if not found:
+            raise CompareError(f"{d}: no {RESULTS_GLOB} in it or in its checkpoint-*/ dirs")
+    # Two runs with the same dir name: tell them apart by their parent.
+    dirs_by_name: dict[str, set[Path]] = {}
+    for row in rows:
+        dirs_by_name.setdefault(row["run"], set()).add(row["_run_dir"])
+    for row in rows:
+        run_dir = row.pop("_run_dir")
+        if len(dirs_by_name[row["run"]]) > 1:
+            row["run"] = f"{run_dir.parent.name}/{run_dir.name}"
+    rows.sort(key=lambda r: (r["run"], r["step"] if r["step"] is not None else float("inf"), r["checkpoint"], r["suite"]))
+    return rows
+
+
+def _suite_columns(rows: list[dict]) -> dict[str, list[str]]:
+    """Per suite, the metric columns to show, in a fixed order."""
+    cols: dict[str, list[str]] = {}
+    for row in rows:
+        m = row["metrics"]
+        names = cols.setdefault(row["suite"], [])
+        wanted = ["mean_reward", "stderr"] + [f"pass@{k}" for k in (m.get("pass_at_k") or {})]
+        if "mt_at_k" in m:
+            wanted += [f"MT@{k}" for k in (m.get("mt_at_k") or {})] + ["case_score", "rounds_reached"]
+        wanted += ["n_trials", "errors"]
+        for name in wanted:
+            if name not in names:
+                names.append(name)
+    order = ["mean_reward", "stderr", "pass@", "MT@", "case_score", "rounds_reached", "n_trials", "errors"]
+
+    def rank(name: str):
+        for i, prefix in enumerate(order):
+            if name == prefix or (prefix.endswith("@") and name.startswith(prefix)):
+                return (i, int(name.split("@")[1]) if "@" in name else 0)
+        return (len(order), 0)
+
+    return {suite: sorted(names, key=rank) for suite, names in cols.items()}
+
+
+def metric_value(metrics: dict, name: str):
+    if name.startswith("pass@"):
+        return (metrics.get("pass_at_k") or {}).get(name[5:])
+    if name.startswith("MT@"):
+        return (metrics.get("mt_at_k") or {}).get(name[3:])
+    if name == "errors":
+        return sum((metrics.get("exceptions") or {}).values())
+    return metrics.get(name)
+
+
+def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
+    """(header, rows): one row per run/checkpoint/step, one column per suite metric."""
+    cols = _suite_columns(rows)
+    header = ["run", "checkpoint", "step"] + [f"{suite} {name}" for suite, names in cols.items() for name in names]
+    by_ckpt: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["run"], row["checkpoint"], row["step"])
+        by_ckpt.setdefault(key, {})[row["suite"]] = row["metrics"]
+    out = []
+    for (run, ckpt, step), suites in by_ckpt.items():
+        line = [run, ckpt, step]
+        for suite, names in cols.items():
+            for name in names:
+                line.append(metric_value(suites[suite], name) if suite in suites else None)
+        out.append(line)
+    return header, out
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def print_table(rows: list[dict]) -> None:
+    """One table per suite: a row per run/checkpoint/step, a column per metric of that suite."""
+    from rich.console import Console
+    from rich.table import Table
+
+    # piped output (CI logs, tests) gets a wide console instead of rich's 80 columns, so nothing is cut
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    for suite, names in _suite_columns(rows).items():
+        table = Table(title=f"{suite}: scores by checkpoint", title_justify="left")
+        for name in ("run", "checkpoint", "step"):
+            table.add_column(name, no_wrap=True, justify="right" if name == "step" else "left")
+        for name in names:
+            table.add_column(name, justify="right", no_wrap=True)
+        for row in rows:
+            if row["suite"] == suite:
+                table.add_row(row["run"], row["checkpoint"], _fmt(row["step"]),
+                              *(_fmt(metric_value(row["metrics"], name)) for name in names))
+        console.print(table)
+
+
+def plot(rows: list[dict], out: str | Path) -> Path:
+    """Score against step, one line per run and suite; a panel per score (mean_reward, and MT@k/case for multi-step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ["mean_reward"]
+    if any("mt_at_k" in r["metrics"] for r in rows):
+        panels += ["MT@k", "case_score"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+    series: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        series.setdefault((row["run"], row["suite"]), []).append(row)
+    palette = plt.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
+    colors = {key: palette[i % len(palette)] for i, key in enumerate(series)}  # one colour per line in every panel
+    for ax, panel in zip(axes[0], panels):
+        for (run, suite), points in series.items():
+            points = sorted((p for p in points if p["step"] is not None), key=lambda p: p["step"])
+            if panel == "MT@k" and not any("mt_at_k" in p["metrics"] for p in points):
+                continue
+            if panel == "case_score" and not any("case_score" in p["metrics"] for p in points):
+                continue
+            xs, ys, errs = [], [], []
+            for p in points:
+                m = p["metrics"]
+                if panel == "MT@k":
+                    mt = m.get("mt_at_k") or {}
+                    y = mt[max(mt, key=int)] if mt else None
+                else:
+                    y = m.get(panel)
+                if y is None:
+                    continue
+                xs.append(p["step"])
+                ys.append(y)
+                errs.append(m.get("stderr") or 0.0 if panel == "mean_reward" else 0.0)
+            if not xs:
+                continue
+            label = f"{run} · {suite}"
+            if any(errs):
+                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label, color=colors[(run, suite)])
+            else:
+                ax.plot(xs, ys, marker="o", label=label, color=colors[(run, suite)])
+        ax.set_title(panel if panel != "MT@k" else "MT@k (k = attempts)")
+        ax.set_xlabel("global step")
+        ax.set_ylabel("score")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run output dirs or checkpoint dirs")
+    parser.add_argument("--out", default="report.png", help="PNG to write (default: report.png)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        rows = collect(args.dirs)
+    except CompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        out = plot(rows, args.out)
+    except OSError as err:
+        print(f"error: --out {args.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    if args.json:
+        header, lines = table_rows(rows)
+        json.dump({"header": header, "rows": lines, "results": rows, "plot": str(out)}, sys.stdout, indent=2)
+        print()
+    else:
+        print_table(rows)
+        print(f"plot: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

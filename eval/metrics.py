@@ -1,0 +1,255 @@
+"""Suite metrics from per-trial records (pure functions, no I/O).
+
+A trial record is what `eval.job_dir` reads from a Harbor job directory:
+
+    {"task": str, "trial": str, "attempt": int, "reward": float | None,
+     "rounds": [{"round": int, "name": str, "reward": float | None,
+                 "total_cases": int | None, "success_count": int | None, "exception": str | None}],
+     "exception": str | None}
+
+`rounds` is empty for single-step trials. The keys of `compute_metrics` are those of DESIGN.md §6:
+
+single-step (every suite)
+  mean_reward  mean over trials of the trial reward, a missing reward counting 0
+               (Harbor's `Mean` metric, harbor/metrics/mean.py + metrics/base.py).
+  pass_at_k    {"k": value} for k = 1 .. min attempts per task: the unbiased estimator
+               1 - C(n-c, k) / C(n, k) per task, averaged over tasks (harbor/utils/pass_at_k.py,
+               Chen et al. 2021). A trial passes when its reward is >= PASS_THRESHOLD; a missing
+               reward is a failure. pass@1 equals the mean of per-task pass rates.
+  stderr       the Terminal-Bench leaderboard's standard error of the mean over tasks of the per-task
+               mean reward: sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / N_tasks with p_t the task's mean
+               reward (missing = 0) over its n_t trials; None when some task has a single trial
+               (terminal-bench-experiments sql/get_agent_scores_function.sql).
+  n_trials     number of trial directories read (every one counts in the means, unlike Harbor's
+               `n_trials`, which counts only trials with a reward).
+  exceptions   {"ExceptionType": number of trials}; a trial counts once, under its first recorded
+               exception (trial-level first, then steps in order, as Harbor's TrialResult does).
+
+multi-step (EvoCode-style; only when some trial has rounds)
+  mt_at_k      {"k": value}: per task t with N_t rounds and n attempts, let c_{t,i} be the number of
+               attempts whose rounds 1..i all passed (fail-stop: a round counts only if every earlier
+               round of that attempt passed). MT@k_t = (1/N_t) sum_i pass@k(n, c_{t,i}, k), then the
+               mean over tasks. For k = n this is exactly best-of-n per round,
+               mean_t (1/N_t) sum_i max_a r_{t,a,i} (EvoCode-Bench paper / evaluation/compute_metrics.py);
+               for k < n the unbiased estimator replaces "the first k attempts".
+  case_score   mean over tasks of the mean over attempts of the mean over the task's N_t rounds of
+               success_count / total_cases from the verifier's `CASE_SUMMARY total_cases=N
+               success_count=M` line; unreached rounds, rounds without a CASE_SUMMARY line (a build
+               failure) and total_cases=0 count 0 (EvoCode-Bench v2 "Case" score).
+  rounds_reached  mean over tasks of the mean over attempts of the rounds reached under fail-stop:
+               rounds run up to and including the first failed one (all N_t for a perfect attempt,
+               1 for an attempt that fails round 1, 0 when no round ran).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+# A round or trial "passes" at reward >= this (EvoCode-Bench's compute_metrics.py uses 0.999; Harbor's
+# pass_at_k only accepts exact 0/1 rewards, for which this is the same).
+PASS_THRESHOLD = 0.999
+
+
+def reward_or_zero(reward: float | None) -> float:
+    """A missing reward counts 0 (Harbor's Mean, the leaderboard's COALESCE(reward, 0))."""
+    return 0.0 if reward is None else float(reward)
+
+
+def passed(reward: float | None) -> bool:
+    return reward is not None and reward >= PASS_THRESHOLD
+
+
+def by_task(trials: Iterable[Mapping]) -> dict[str, list[Mapping]]:
+    """Trials grouped by task, each group in attempt order, tasks in name order."""
+    groups: dict[str, list[Mapping]] = defaultdict(list)
+    for trial in trials:
+        groups[trial["task"]].append(trial)
+    return {task: sorted(group, key=lambda t: (t.get("attempt") or 0, t.get("trial") or ""))
+            for task, group in sorted(groups.items())}
+
+
+# ---------------------------------------------------------------- single-step
+
+def mean_reward(trials: Sequence[Mapping]) -> float | None:
+    if not trials:
+        return None
+    return sum(reward_or_zero(t["reward"]) for t in trials) / len(trials)
+
+
+def pass_at_k_estimate(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: 1 - C(n-c, k) / C(n, k) = 1 - prod_{i<k} (n-c-i)/(n-i)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(k):
+        product *= (n - c - i) / (n - i)
+    return 1.0 - product
+
+
+def pass_at_k(trials: Sequence[Mapping]) -> dict[str, float]:
+    """{"k": mean over tasks of pass@k} for every k from 1 to the smallest number of attempts of a task."""
+    groups = by_task(trials)
+    if not groups:
+        return {}
+    max_k = min(len(group) for group in groups.values())
+    counts = [(len(group), sum(passed(t["reward"]) for t in group)) for group in groups.values()]
+    return {str(k): sum(pass_at_k_estimate(n, c, k) for n, c in counts) / len(counts)
+            for k in range(1, max_k + 1)}
+
+
+def leaderboard_score(trials: Sequence[Mapping], keep_exceptions: Iterable[str] | None = None
+                      ) -> tuple[float | None, float | None]:
+    """(accuracy, stderr) as the Terminal-Bench leaderboard computes them.
+
+    p_t = mean reward of task t over its trials (missing = 0); accuracy = mean_t p_t;
+    stderr = sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / N_tasks, None if some task has n_t < 2.
+    With `keep_exceptions` (e.g. LEADERBOARD_KEPT_EXCEPTIONS) trials whose exception is not in it are
+    dropped first, as the leaderboard does; by default every trial counts, as in `mean_reward`.
+    """
+    if keep_exceptions is not None:
+        kept = set(keep_exceptions)
+        trials = [t for t in trials if t.get("exception") is None or t["exception"] in kept]
+    groups = by_task(trials)
+    if not groups:
+        return None, None
+    p_hats = {task: mean_reward(group) for task, group in groups.items()}
+    accuracy = sum(p_hats.values()) / len(p_hats)
+    if any(len(group) < 2 for group in groups.values()):
+        return accuracy, None
+    variance = sum(p * (1 - p) / (len(groups[task]) - 1) for task, p in p_hats.items())
+    return accuracy, math.sqrt(max(variance, 0.0)) / len(groups)
+
+
+# Exceptions the leaderboard keeps (counted as their reward); other errored trials are dropped there.
+LEADERBOARD_KEPT_EXCEPTIONS = ("AgentTimeoutError", "VerifierTimeoutError", "PermissionError",
+                               "RewardFileNotFoundError", "NonZeroAgentExitCodeError")
+
+
+def stderr(trials: Sequence[Mapping]) -> float | None:
+    return leaderboard_score(trials)[1]
+
+
+def exception_counts(trials: Iterable[Mapping]) -> dict[str, int]:
+    counts = Counter(t["exception"] for t in trials if t.get("exception"))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# ---------------------------------------------------------------- multi-step
+
+def is_multi_step(trials: Iterable[Mapping]) -> bool:
+    return any(t.get("rounds") for t in trials)
+
+
+def task_round_counts(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Rounds per task: the task's declared count when known, never fewer than any attempt ran.
+
+    A task none of whose attempts ran a round, with no declared count, gets 1 (one unreached round), so it
+    counts 0 in the multi-step metrics instead of vanishing from the mean over tasks.
+    """
+    counts: dict[str, int] = {}
+    for task, group in by_task(trials).items():
+        seen = max((max(_rounds_by_number(t), default=0) for t in group), default=0)
+        counts[task] = max(seen, (n_rounds or {}).get(task, 0), 1)
+    return counts
+
+
+def _rounds_by_number(trial: Mapping) -> dict[int, Mapping]:
+    """The rounds that ran, keyed by round number (1-based)."""
+    return {(rnd.get("round") or i + 1): rnd for i, rnd in enumerate(trial.get("rounds") or [])}
+
+
+def fail_stop_passes(trial: Mapping, n: int) -> list[bool]:
+    """r_i for i = 1..n: round i passed and every earlier round of this attempt passed."""
+    rounds = _rounds_by_number(trial)
+    out, alive = [], True
+    for i in range(1, n + 1):
+        alive = alive and passed((rounds.get(i) or {}).get("reward"))
+        out.append(alive)
+    return out
+
+
+def mt_at_k(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> dict[str, float]:
+    """{"k": MT@k} for k = 1 .. min attempts per task (fail-stop, best of k per round, mean over rounds, then tasks)."""
+    groups = by_task(trials)
+    counts = task_round_counts(trials, n_rounds)
+    if not groups:
+        return {}
+    max_k = min(len(group) for group in groups.values())
+    result = {}
+    for k in range(1, max_k + 1):
+        per_task = []
+        for task, group in groups.items():
+            n_r = counts[task]
+            passes = [fail_stop_passes(t, n_r) for t in group]
+            c = [sum(p[i] for p in passes) for i in range(n_r)]
+            per_task.append(sum(pass_at_k_estimate(len(group), c_i, k) for c_i in c) / n_r)
+        result[str(k)] = sum(per_task) / len(per_task)
+    return result
+
+
+def round_case_fraction(rnd: Mapping | None) -> float:
+    """success_count / total_cases of a round; 0 for a missing round, a missing line or total_cases=0."""
+    if not rnd:
+        return 0.0
+    total, success = rnd.get("total_cases"), rnd.get("success_count")
+    if not total or success is None:
+        return 0.0
+    return min(max(success / total, 0.0), 1.0)
+
+
+def case_score(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> float | None:
+    counts = task_round_counts(trials, n_rounds)
+    per_task = []
+    for task, group in by_task(trials).items():
+        n_r = counts[task]
+        per_attempt = []
+        for trial in group:
+            by_round = _rounds_by_number(trial)
+            per_attempt.append(sum(round_case_fraction(by_round.get(i)) for i in range(1, n_r + 1)) / n_r)
+        per_task.append(sum(per_attempt) / len(per_attempt))
+    return sum(per_task) / len(per_task) if per_task else None
+
+
+def rounds_reached_of(trial: Mapping, n: int) -> int:
+    """Rounds run up to and including the first failed one (fail-stop)."""
+    rounds = _rounds_by_number(trial)
+    reached = 0
+    for i in range(1, n + 1):
+        if i not in rounds:
+            break
+        reached += 1
+        if not passed(rounds[i].get("reward")):
+            break
+    return reached
+
+
+def rounds_reached(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> float | None:
+    counts = task_round_counts(trials, n_rounds)
+    per_task = []
+    for task, group in by_task(trials).items():
+        per_task.append(sum(rounds_reached_of(t, counts[task]) for t in group) / len(group))
+    return sum(per_task) / len(per_task) if per_task else None
+
+
+# ---------------------------------------------------------------- all together
+
+def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> dict:
+    """The metric dict of DESIGN.md §6 for one suite's trials (multi-step keys only when some trial has rounds)."""
+    trials = list(trials)
+    metrics = {
+        "mean_reward": mean_reward(trials),
+        "pass_at_k": pass_at_k(trials),
+        "stderr": stderr(trials),
+        "n_trials": len(trials),
+        "exceptions": exception_counts(trials),
+    }
+    if is_multi_step(trials) or any((n_rounds or {}).values()):
+        # A multi-step suite: every task enters, attempts that crashed before round 1 count 0.
+        metrics["mt_at_k"] = mt_at_k(trials, n_rounds)
+        metrics["case_score"] = case_score(trials, n_rounds)
+        metrics["rounds_reached"] = rounds_reached(trials, n_rounds)
+    return metrics

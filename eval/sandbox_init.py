@@ -1,0 +1,251 @@
+"""PID 1 of a local sandbox (see eval/sandbox.py). Standard library only.
+
+Started by ``LocalSandboxEnvironment.start`` as
+``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python sandbox_init.py CONFIG``
+so it already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the trial's root:
+
+  tmpfs (size = storage) at /tmp of the new mount namespace, holding upper/ work/ root/
+  overlay lowerdir=/ (the host's root file system, read-only in effect), upper on that tmpfs
+  fresh /proc (own PID namespace; /proc/sys, /proc/sysrq-trigger read-only; kcore & co masked)
+  /dev: tmpfs with null zero full random urandom tty bound in, a new devpts, /dev/shm
+  /sys: sysfs read-only (skipped where the kernel refuses)
+  /tmp /var/tmp /run: fresh tmpfs; the paths in ``hide`` covered by an empty read-only tmpfs
+then pivot_root()s into it and detaches the old root, so no path leads back to the host's tree.
+Loopback is brought up (the network namespace has no other interface). It prints ``READY`` and
+then reaps orphans until the wall-time deadline passes or the lifeline pipe from the Harbor
+process closes; when PID 1 exits the kernel kills every process of the namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _err(what: str) -> OSError:
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def mount(src: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    rc = _libc.mount(
+        src.encode(), target.encode(), fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags), data.encode() if data else None,
+    )
+    if rc != 0:
+        raise _err(f"mount {fstype or 'bind'} {src} -> {target} ({data or ''})")
+
+
+def umount2(target: str, flags: int) -> None:
+    if _libc.umount2(target.encode(), ctypes.c_int(flags)) != 0:
+        raise _err(f"umount {target}")
+
+
+def pivot_root(new: str, old: str) -> None:
+    import platform
+
+    nr = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}.get(platform.machine())
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"pivot_root syscall number unknown for {platform.machine()}")
+    if _libc.syscall(ctypes.c_long(nr), new.encode(), old.encode()) != 0:
+        raise _err("pivot_root")
+
+
+def overlay(lower: str, upper: str, work: str, target: str) -> None:
+    opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    try:
+        mount("overlay", target, "overlay", 0, opts)
+    except OSError:  # in a user namespace: no trusted.* xattrs
+        mount("overlay", target, "overlay", 0, opts + ",userxattr")
+
+
+def bind_ro(path: str) -> None:
+    mount(path, path, None, MS_BIND)
+    mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def loopback_up() -> None:
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+    finally:
+        s.close()
+
+
+def build_root(cfg: dict) -> None:
+    storage_mb = int(cfg.get("storage_mb") or 10240)
+    shm_mb = int(cfg.get("shm_mb") or 512)
+    stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
+    for d in ("upper", "work", "root"):
+        os.mkdir(f"{stage}/{d}", 0o755)
+    root = f"{stage}/root"
+    try:
+        overlay("/", f"{stage}/upper", f"{stage}/work", root)
+    except OSError:
+        # In a user namespace the kernel refuses "/" as a lower layer (its mounts, /proc, /dev,
+        # ..., are locked children). Overlay each top-level directory instead, on a tmpfs root.
+        mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
+        for name in sorted(os.listdir("/")):
+            src, dst = f"/{name}", f"{root}/{name}"
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            elif os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+                if name in ("proc", "sys", "dev", "tmp", "run"):
+                    continue  # replaced below
+                upper, work = f"{stage}/u/{name}", f"{stage}/w/{name}"
+                os.makedirs(upper)
+                os.makedirs(work)
+                try:
+                    overlay(src, upper, work, dst)
+                except OSError:
+                    pass  # a directory holding other mounts stays empty
+
+    def p(rel: str) -> str:
+        return root + rel
+
+    def ensure_dir(path: str, mode: int = 0o755) -> None:
+        os.makedirs(path, mode=mode, exist_ok=True)
+
+    # /proc: a fresh instance for the new PID namespace (no /proc/1/root path to the host)
+    ensure_dir(p("/proc"))
+    mount("proc", p("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for rel in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
+        if os.path.exists(p(rel)):
+            try:
+                bind_ro(p(rel))
+            except OSError:
+                pass
+    # /dev
+    ensure_dir(p("/dev"))
+    mount("tmpfs", p("/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1024k,mode=755")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        if os.path.exists(f"/dev/{name}"):
+            open(p(f"/dev/{name}"), "w").close()
+            mount(f"/dev/{name}", p(f"/dev/{name}"), None, MS_BIND)
+    for rel in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kmsg"):
+        if os.path.isfile(p(rel)):
+            try:
+                mount(p("/dev/null"), p(rel), None, MS_BIND)
+            except OSError:
+                pass
+    ensure_dir(p("/dev/pts"))
+    try:
+        mount("devpts", p("/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+        os.symlink("pts/ptmx", p("/dev/ptmx"))
+    except OSError as exc:
+        print(f"sandbox: no devpts ({exc}); pseudo-terminals (tmux) will not work", file=sys.stderr)
+    ensure_dir(p("/dev/shm"))
+    mount("tmpfs", p("/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
+    for src, dst in (("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"),
+                     ("/proc/self/fd/1", "stdout"), ("/proc/self/fd/2", "stderr")):
+        os.symlink(src, p(f"/dev/{dst}"))
+    # /sys read-only where allowed (needs the network namespace we own)
+    ensure_dir(p("/sys"))
+    try:
+        mount("sysfs", p("/sys"), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        try:
+            mount("tmpfs", p("/sys"), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+        except OSError:
+            pass
+    # scratch directories: fresh, never the host's
+    for rel, mode in (("/tmp", "1777"), ("/var/tmp", "1777"), ("/run", "755")):
+        if os.path.islink(p(rel)):
+            continue
+        ensure_dir(p(rel))
+        mount("tmpfs", p(rel), "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode={mode}")
+    # hidden host paths (task sources with their solutions, the jobs dir, ...)
+    for rel in cfg.get("hide") or []:
+        target = p(rel)
+        if os.path.islink(target) or not os.path.exists(target):
+            continue
+        if os.path.isdir(target):
+            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
+        else:
+            mount(p("/dev/null"), target, None, MS_BIND)
+
+    os.chdir(root)
+    pivot_root(".", ".")
+    umount2(".", MNT_DETACH)
+    os.chdir("/")
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    lifeline = int(cfg.get("lifeline_fd", -1))
+    deadline = time.monotonic() + float(cfg.get("wall_sec") or 86400)
+    try:
+        build_root(cfg)
+        try:
+            socket.sethostname(cfg.get("hostname") or "sandbox")
+        except (OSError, AttributeError):
+            pass
+        loopback_up()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
+        print(f"SANDBOX_ERROR {type(exc).__name__}: {exc}", flush=True)
+        return 3
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    # Reap at once on SIGCHLD: zombies of killed processes would hold pids.max slots.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    print("READY", flush=True)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    while True:
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            return 124  # wall time of the whole sandbox spent: everything in it dies with us
+        fds = [wake_r] + ([lifeline] if lifeline >= 0 else [])
+        try:
+            ready, _, _ = select.select(fds, [], [], min(timeout, 5.0))
+        except InterruptedError:
+            ready = []
+        if lifeline in ready and not os.read(lifeline, 64):
+            return 0  # the Harbor process is gone
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        while True:  # reap orphans re-parented to us
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+
+
+if __name__ == "__main__":
+    sys.exit(main())

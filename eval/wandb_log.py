@@ -1,0 +1,48 @@
+"""Eval results into a W&B run: `eval/<suite>/<metric>` at the checkpoint's global step, and a per-task table.
+
+The keys use `train/global_step` as their x-axis, the step metric Transformers' W&B callback defines, so evals
+land at their checkpoint's step in the training run even when they arrive later (subprocess or SLURM mode).
+"""
+
+from __future__ import annotations
+
+import json
+
+from eval.run import suite_slug
+
+
+def eval_payload(results: dict) -> dict:
+    """Flat scalars: eval/<suite>/mean_reward, eval/<suite>/pass_at_k/<k>, eval/<suite>/exceptions/<Type>, ..."""
+    prefix = f"eval/{suite_slug(results['suite'])}"
+    payload = {}
+    for key, value in results["metrics"].items():
+        if isinstance(value, dict):
+            payload.update({f"{prefix}/{key}/{k}": v for k, v in value.items() if isinstance(v, (int, float))})
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            payload[f"{prefix}/{key}"] = value
+    return payload
+
+
+def log_results(run, results: dict) -> None:
+    """Log into an active run (the training run itself, in-process)."""
+    import wandb
+
+    prefix = f"eval/{suite_slug(results['suite'])}"
+    run.define_metric("train/global_step")
+    run.define_metric("eval/*", step_metric="train/global_step")
+    columns = ["task", "trial", "reward", "rounds", "exception"]
+    table = wandb.Table(columns=columns, data=[[t.get("task"), t.get("trial"), t.get("reward"),
+                                                json.dumps(t.get("rounds") or []), t.get("exception")]
+                                               for t in results["tasks"]])
+    run.log({**eval_payload(results), f"{prefix}/tasks": table, "train/global_step": results["global_step"] or 0})
+
+
+def log_to_run(results: dict, run_id: str, project: str) -> None:
+    """Resume a run by id (e.g. from `python -m eval.run --wandb_run_id`) and log into it."""
+    import wandb
+
+    run = wandb.init(id=run_id, project=project, resume="allow")
+    try:
+        log_results(run, results)
+    finally:
+        run.finish()

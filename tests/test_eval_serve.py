@@ -1,0 +1,208 @@
+"""eval/serve.py: the built-in CPU OpenAI-compatible server (started through serve_checkpoint on the tiny
+model), the vLLM command line, names and backend choice."""
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from eval.serve import (MODEL_NAME_PATTERN, auto_tensor_parallel, choose_backend, default_served_name, sanitize_model_name,
+                        serve_checkpoint, vllm_command)
+from tests.conftest import REPO
+
+MAX_MODEL_LEN = 256
+CHAT = [{"role": "system", "content": "You are a terminal agent."},
+        {"role": "user", "content": "List the files in /srv/app."},
+        {"role": "assistant", "content": "ls /srv/app"},
+        {"role": "user", "content": "Now show the failing unit."}]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_path):
+    with serve_checkpoint("builtin:tiny-qwen3", backend="cpu", max_model_len=MAX_MODEL_LEN, max_new_tokens_cap=48,
+                          startup_timeout=120) as server:
+        yield server
+
+
+def chat(served, **body):
+    body = {"model": served.model, "messages": CHAT, **body}
+    return httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=60)
+
+
+def test_health_and_models(served):
+    assert served.base_url.startswith("http://127.0.0.1:") and served.base_url.endswith("/v1")
+    assert served.model == "tiny-qwen3" and served.harbor_model == "hosted_vllm/tiny-qwen3"
+    assert served.backend == "cpu" and served.max_model_len == MAX_MODEL_LEN
+    assert httpx.get(served.base_url.removesuffix("/v1") + "/health", timeout=10).status_code == 200
+    models = httpx.get(f"{served.base_url}/models", timeout=10).json()
+    assert models["object"] == "list"
+    assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == [("tiny-qwen3", "model", 256)]
+
+
+def test_chat_completion_shape_and_max_tokens(served):
+    response = chat(served, temperature=0, max_tokens=7)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["id"].startswith("chatcmpl-") and data["object"] == "chat.completion"
+    assert data["model"] == "tiny-qwen3" and isinstance(data["created"], int)
+    [choice] = data["choices"]
+    assert choice["index"] == 0 and choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str)
+    usage = data["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert usage["completion_tokens"] <= 7
+    # the untrained tiny model never says <|im_end|> within 7 tokens at temperature 0
+    assert choice["finish_reason"] == "length" and usage["completion_tokens"] == 7
+    # max_completion_tokens wins over max_tokens, as in OpenAI's API
+    usage = chat(served, temperature=0, max_tokens=7, max_completion_tokens=3).json()["usage"]
+    assert usage["completion_tokens"] == 3
+
+
+def test_max_new_tokens_cap_bounds_an_open_request(served):
+    data = chat(served, temperature=0).json()  # no max_tokens: the rest of the context, capped at 48
+    assert data["usage"]["completion_tokens"] <= 48
+
+
+def test_temperature_zero_is_deterministic_and_seed_reproducible(served):
+    first, second = (chat(served, temperature=0, max_tokens=12).json() for _ in range(2))
+    assert first["choices"][0]["message"] == second["choices"][0]["message"]
+    a, b = (chat(served, temperature=1.0, top_p=0.9, seed=7, max_tokens=24).json() for _ in range(2))
+    assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
+
+
+def test_stop_string_truncates(served):
+    full = chat(served, temperature=1.0, seed=3, max_tokens=24).json()["choices"][0]["message"]["content"]
+    assert len(full) > 6
+    stop = full[3:6]
+    data = chat(served, temperature=1.0, seed=3, max_tokens=24, stop=[stop]).json()
+    choice = data["choices"][0]
+    assert choice["message"]["content"] == full[:full.find(stop)]
+    assert choice["finish_reason"] == "stop"
+
+
+def test_extra_body_and_content_parts(served):
+    # unknown extra_body keys are ignored; chat_template_kwargs.enable_thinking reaches the template
+    # (Qwen3's template adds an empty <think></think> block to the prompt when thinking is off)
+    on = chat(served, max_tokens=1, chat_template_kwargs={"enable_thinking": True}, session_id="s1",
+              top_k=20, logprobs=False)
+    off = chat(served, max_tokens=1, chat_template_kwargs={"enable_thinking": False})
+    assert on.status_code == off.status_code == 200, (on.text, off.text)
+    assert off.json()["usage"]["prompt_tokens"] > on.json()["usage"]["prompt_tokens"]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "List the files "}, {"type": "text", "text": "now."}]}]
+    flat = [{"role": "user", "content": "List the files now."}]
+    assert chat(served, messages=parts, max_tokens=1).json()["usage"] == chat(served, messages=flat, max_tokens=1).json()["usage"]
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"stream": True}, 400, "stream=true is not supported"),
+    ({"messages": [{"role": "user", "content": "ls -la /srv/app " * 200}], "max_tokens": 8}, 400,
+     "maximum context length is 256 tokens"),
+    ({"max_tokens": 250}, 400, "maximum context length is 256 tokens"),
+    ({"max_tokens": 0}, 400, "max_tokens must be an integer >= 1"),
+    ({"n": 2}, 400, "n must be 1"),
+    ({"temperature": -1}, 400, "temperature must be a number"),
+    ({"messages": []}, 400, "messages must be a non-empty list"),
+    ({"model": "another-model"}, 404, "does not exist"),
+])
+def test_bad_requests(served, body, status, words):
+    response = chat(served, **body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert words in error["message"] and error["code"] == status
+    if "context length" in words:  # LiteLLM/Harbor's context-overflow phrase, so Terminus-2 summarizes
+        assert "maximum context length" in error["message"].lower()
+
+
+def test_openai_client(served):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=served.base_url, api_key="EMPTY")
+    assert [m.id for m in client.models.list().data] == ["tiny-qwen3"]
+    completion = client.chat.completions.create(model=served.model, messages=CHAT, temperature=0, max_tokens=5,
+                                                extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 5
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model=served.model, messages=CHAT, max_tokens=10_000)
+    with pytest.raises(openai.BadRequestError, match="stream=true"):
+        client.chat.completions.create(model=served.model, messages=CHAT, stream=True)
+
+
+def test_server_is_stopped_when_the_block_exits(tiny_model_path, tmp_path):
+    with pytest.raises(KeyError):
+        with serve_checkpoint(tiny_model_path, backend="cpu", served_model_name="ckpt/step 100!",
+                              log_path=tmp_path / "server.log") as server:
+            assert server.model == "ckpt-step-100"
+            port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+            raise KeyError("the eval failed")
+    assert server.process.poll() is not None
+    assert "serving ckpt-step-100" in (tmp_path / "server.log").read_text()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+
+
+def test_a_server_that_dies_reports_its_log(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(RuntimeError, match=r"exited with code \d+ .*\n(.|\n)*not a valid JSON file") as error:
+        with serve_checkpoint(str(tmp_path), backend="cpu", startup_timeout=60):
+            pass
+    log = Path(re.search(r"its log \((.+?)\)", str(error.value)).group(1))
+    assert "Traceback" in log.read_text()  # the log the message names is kept
+    log.unlink()
+
+
+def test_names():
+    assert sanitize_model_name("checkpoint-20") == "checkpoint-20"
+    assert sanitize_model_name("org/model name:v1") == "org-model-name-v1"
+    assert sanitize_model_name("///") == "model"
+    long = sanitize_model_name("x" * 100)
+    assert len(long) == 64 and MODEL_NAME_PATTERN.match(long)
+    assert default_served_name("builtin:tiny-qwen3") == "tiny-qwen3"
+    assert default_served_name("outputs/sft-tiny/checkpoint-20/") == "checkpoint-20"
+
+
+def test_backend_choice(monkeypatch):
+    import eval.serve as serve
+
+    monkeypatch.setattr(serve, "vllm_available", lambda: False)
+    assert choose_backend("auto") == "cpu"
+    monkeypatch.setattr(serve, "vllm_available", lambda: True)
+    assert choose_backend("auto") == "vllm" and choose_backend("cpu") == "cpu"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        choose_backend("tgi")
+
+
+def test_vllm_command(tmp_path):
+    command = vllm_command("/ckpt/step_100", "ckpt-step100", 8123, max_model_len=65536, tensor_parallel_size=2,
+                           extra_args=["--reasoning-parser", "qwen3"])
+    assert command[0].endswith("vllm") and command[1:3] == ["serve", "/ckpt/step_100"]
+    args = dict(zip(command[3::2], command[4::2]))
+    assert args == {"--served-model-name": "ckpt-step100", "--host": "127.0.0.1", "--port": "8123",
+                    "--tensor-parallel-size": "2", "--generation-config": "auto", "--max-model-len": "65536",
+                    "--reasoning-parser": "qwen3"}
+    assert "--max-model-len" not in vllm_command("/ckpt", "c", 1, tensor_parallel_size=1)
+    # a LoRA adapter is served on its base model under the served name
+    (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen3-8B", "r": 64}')
+    command = vllm_command(str(tmp_path), "lora-ckpt", 8000)
+    assert command[2] == "Qwen/Qwen3-8B"
+    assert command[command.index("--lora-modules") + 1] == f"lora-ckpt={tmp_path}"
+    assert command[command.index("--max-lora-rank") + 1] == "64"
+
+
+def test_cli_help():
+    result = subprocess.run([sys.executable, "-m", "eval.serve", "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    for flag in ("--checkpoint", "--host", "--port", "--served_model_name", "--backend", "--max_model_len",
+                 "--max_new_tokens_cap"):
+        assert flag in result.stdout
+
+
+def test_auto_tensor_parallel(tmp_path):
+    (tmp_path / "config.json").write_text('{"num_attention_heads": 12}')
+    assert [auto_tensor_parallel(str(tmp_path), n) for n in (1, 2, 4, 8)] == [1, 2, 4, 6]
+    assert auto_tensor_parallel("/no/such/ckpt", 4) == 4
+    command = vllm_command(str(tmp_path), "c", 1)  # default: from the visible GPUs (none here: 1)
+    assert command[command.index("--tensor-parallel-size") + 1] == str(auto_tensor_parallel(str(tmp_path)))

@@ -1,0 +1,180 @@
+"""Evaluate every checkpoint as it is saved and log the scores into the training run (W&B) at its step.
+
+Modes: `inline` blocks training while the main process evaluates (the embedded default); `subprocess` starts
+`python -m eval.run` detached and logs its results into the run when it finishes (polled at each logging step
+and at the end); `slurm` submits `launch/slurm/eval.sbatch` per checkpoint and picks up its eval_results file the
+same way. A failed eval is reported and logged as `eval/<suite>/failed`; it never stops training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+EVAL_MODES = ("inline", "subprocess", "slurm")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class EvalArguments:
+    """Eval-on-save keys of the recipe configs."""
+
+    eval_suites: list[str] = field(default_factory=list, metadata={
+        "help": "Suites to run on every checkpoint: builtin:terminal, builtin:evocode, a Harbor dataset name or a "
+                "task path. Empty: no evals on save."})
+    eval_mode: str = field(default="inline", metadata={"help": "inline, subprocess or slurm"})
+    eval_agent: str = field(default="terminus-2", metadata={"help": "terminus-2, oracle or nop"})
+    eval_attempts: int = field(default=1, metadata={"help": "Attempts per task (pass@k, MT@k)."})
+    eval_concurrency: int = field(default=2, metadata={"help": "Trials run at once."})
+    eval_env: str = field(default="local", metadata={"help": "local (eval/sandbox.py) or a Harbor environment."})
+    eval_temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the agent."})
+    eval_max_tokens: int = field(default=512, metadata={"help": "Max tokens per model call."})
+    eval_context_size: int | None = field(default=None, metadata={"help": "Max input tokens of the agent."})
+    eval_max_turns: int | None = field(default=None, metadata={"help": "Terminus-2 episodes per trial."})
+    eval_parser: str = field(default="json", metadata={"help": "Terminus-2 response format: json or xml."})
+    eval_timeout_multiplier: float = field(default=1.0, metadata={"help": "Harbor's task timeout multiplier."})
+    eval_slurm_script: str = field(default="launch/slurm/eval.sbatch", metadata={"help": "For eval_mode slurm."})
+
+    def __post_init__(self):
+        if isinstance(self.eval_suites, str):
+            self.eval_suites = [self.eval_suites]
+        self.eval_suites = [s for entry in self.eval_suites for s in entry.split(",") if s]
+        if self.eval_mode not in EVAL_MODES:
+            raise ValueError(f"eval_mode: {self.eval_mode!r} is not one of {', '.join(EVAL_MODES)}")
+
+    def settings(self, suite: str):
+        from eval.run import EvalSettings
+
+        return EvalSettings(suite=suite, agent=self.eval_agent, attempts=self.eval_attempts,
+                            concurrency=self.eval_concurrency, env=self.eval_env, temperature=self.eval_temperature,
+                            max_tokens=self.eval_max_tokens, context_size=self.eval_context_size,
+                            parser=self.eval_parser, max_turns=self.eval_max_turns,
+                            timeout_multiplier=self.eval_timeout_multiplier)
+
+    def cli_args(self, suite: str) -> list[str]:
+        settings = self.settings(suite)
+        args = ["--suite", suite, "--agent", settings.agent, "--attempts", str(settings.attempts),
+                "--concurrency", str(settings.concurrency), "--env", settings.env,
+                "--temperature", str(settings.temperature), "--max_tokens", str(settings.max_tokens),
+                "--parser", settings.parser, "--timeout_multiplier", str(settings.timeout_multiplier)]
+        if settings.context_size:
+            args += ["--context_size", str(settings.context_size)]
+        if settings.max_turns:
+            args += ["--max_turns", str(settings.max_turns)]
+        return args
+
+
+@dataclass
+class PendingEval:
+    step: int
+    suite: str
+    results_path: Path
+    started: float
+    process: subprocess.Popen | None = None
+    job_id: str | None = None
+
+
+class EvalOnSaveCallback(TrainerCallback):
+    def __init__(self, eval_args: EvalArguments, wait_at_end_seconds: float = 3600):
+        self.eval_args = eval_args
+        self.wait_at_end_seconds = wait_at_end_seconds
+        self.pending: list[PendingEval] = []
+        self.completed: list[dict] = []
+        self.failed: list[str] = []
+
+    def _results_file(self, suite: str) -> str:
+        from eval.run import suite_slug
+
+        return "eval_results.json" if len(self.eval_args.eval_suites) == 1 else f"eval_results_{suite_slug(suite)}.json"
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or not self.eval_args.eval_suites:
+            return
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        for suite in self.eval_args.eval_suites:
+            results_path = checkpoint / self._results_file(suite)
+            mode = self.eval_args.eval_mode
+            try:
+                if mode == "inline":
+                    from eval.run import evaluate
+
+                    self._log(evaluate(str(checkpoint), self.eval_args.settings(suite), results_path.name))
+                elif mode == "subprocess":
+                    log = open(checkpoint / f"{results_path.stem}.log", "w")
+                    process = subprocess.Popen(
+                        [sys.executable, "-m", "eval.run", "--checkpoint", str(checkpoint),
+                         "--results_file", results_path.name, *self.eval_args.cli_args(suite)],
+                        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True)
+                    self.pending.append(PendingEval(state.global_step, suite, results_path, time.time(), process))
+                else:
+                    job = subprocess.run(
+                        ["sbatch", "--parsable", self.eval_args.eval_slurm_script],
+                        cwd=REPO, capture_output=True, text=True, check=True,
+                        env=dict(os.environ, CHECKPOINT=str(checkpoint), RESULTS_FILE=results_path.name,
+                                 EVAL_ARGS=" ".join(self.eval_args.cli_args(suite))))
+                    self.pending.append(PendingEval(state.global_step, suite, results_path, time.time(),
+                                                    job_id=job.stdout.strip()))
+            except Exception as err:  # a failed eval is reported, never fatal to training
+                self._fail(state.global_step, suite, f"{type(err).__name__}: {err}")
+
+    def on_log(self, args, state, control, **kwargs):
+        self._collect()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        deadline = time.monotonic() + self.wait_at_end_seconds
+        while self.pending and time.monotonic() < deadline and any(p.process for p in self.pending):
+            self._collect()
+            time.sleep(2)
+        self._collect()
+        for pending in self.pending:
+            print(f"eval: {pending.suite} at step {pending.step} still running"
+                  + (f" (SLURM job {pending.job_id})" if pending.job_id else "")
+                  + f"; its results will be in {pending.results_path}")
+
+    def _collect(self):
+        still = []
+        for pending in self.pending:
+            fresh = pending.results_path.exists() and pending.results_path.stat().st_mtime >= pending.started
+            if fresh and (pending.process is None or pending.process.poll() is not None):
+                try:
+                    self._log(json.loads(pending.results_path.read_text()))
+                except (OSError, ValueError) as err:
+                    self._fail(pending.step, pending.suite, f"unreadable {pending.results_path}: {err}")
+            elif pending.process is not None and pending.process.poll() is not None:
+                self._fail(pending.step, pending.suite, f"eval.run exited with code {pending.process.returncode}; "
+                           f"see {pending.results_path.with_suffix('.log')}")
+            else:
+                still.append(pending)
+        self.pending = still
+
+    def _log(self, results: dict):
+        self.completed.append(results)
+        metrics = results["metrics"]
+        print(f"eval: step {results['global_step']} {results['suite']} ({results['agent']}): mean_reward "
+              f"{metrics.get('mean_reward')}, pass@k {metrics.get('pass_at_k')}, exceptions "
+              f"{metrics.get('exceptions') or {}}; job {results['harbor_job_dir']}")
+        import wandb
+
+        if wandb.run is not None:
+            from eval.wandb_log import log_results
+
+            log_results(wandb.run, results)
+
+    def _fail(self, step: int, suite: str, reason: str):
+        message = f"eval: {suite} at step {step} failed: {reason}"
+        self.failed.append(message)
+        print(message, file=sys.stderr)
+        import wandb
+
+        if wandb.run is not None:
+            from eval.run import suite_slug
+
+            wandb.run.log({f"eval/{suite_slug(suite)}/failed": 1, "train/global_step": step})
