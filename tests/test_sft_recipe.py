@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--eval_strategy", "no", "--report_to", "none", "--max_length", "1024", "--logging_steps", "1"]
+FAST = ["--eval_strategy", "no", "--report_to", "none", "--max_length", "1024", "--logging_steps", "1",
+        "--eval_suites", ""]  # checkpoint evals have their own tests (test_eval_callback.py)
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +36,14 @@ def assert_ok(result):
 
 def test_embedded_default_trains_checkpoints_and_summarizes(tmp_path, tiny_model_path):
     out = tmp_path / "out"
-    result = run(sft_command("--max_steps", "4", "--save_steps", "2", "--eval_steps", "2", "--output_dir", str(out)),
+    # the default evaluates each checkpoint on builtin:terminal with Terminus-2; the oracle keeps this test quick
+    result = run(sft_command("--max_steps", "4", "--save_steps", "2", "--eval_steps", "2", "--output_dir", str(out),
+                             "--eval_agent", "oracle"),
                  env={"WANDB_DIR": str(tmp_path)})
     assert_ok(result)
+    for step in (2, 4):
+        evaluated = json.loads((out / f"checkpoint-{step}" / "eval_results.json").read_text())
+        assert evaluated["suite"] == "builtin:terminal" and evaluated["metrics"]["mean_reward"] == 1.0
     assert "SFT run summary" in result.stdout
     summary = json.loads((out / "run_summary.json").read_text())
     assert [s["path"] for s in summary["sources"]] == ["data/sft/agent_tool_calls.jsonl", "data/sft/terminus2_chat.jsonl",
