@@ -3,7 +3,6 @@
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO, chat_row, run, sft_command, write_jsonl

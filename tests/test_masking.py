@@ -1,6 +1,5 @@
 """Loss masks: the trained tokens are exactly the trainable assistant turns, end-of-turn token included."""
 
-import json
 
 import pytest
 from conftest import REPO

@@ -6,7 +6,6 @@ line per case and `CASE_SUMMARY total_cases=T success_count=S`, and writes the r
 1 when every case passes, else 0 (EvoCode-Bench: binary per-round reward, partial credit via CASE_SUMMARY).
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess

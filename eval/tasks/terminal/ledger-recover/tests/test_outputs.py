@@ -1,6 +1,5 @@
 """Verifier for ledger-recover: recomputes the clean ledger from a pristine copy and compares."""
 import datetime as dt
-import hashlib
 import json
 import os
 import re

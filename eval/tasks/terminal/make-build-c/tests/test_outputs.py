@@ -1,7 +1,5 @@
 """Verifier for make-build-c: clean rebuild with the original flags, then run on fresh inputs."""
-import math
 import os
-import re
 import shutil
 import statistics
 import subprocess
