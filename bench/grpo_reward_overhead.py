@@ -56,21 +56,15 @@ def main() -> None:
     if args.serve:
         return serve(args.serve, args.delay)
 
-    import httpx
 
-    from trainers.local_reward_server import free_port
+    from trainers.local_reward_server import free_port, wait_until_healthy
     from trainers.reward_client import RewardClient, RewardClientConfig, make_reward_function
 
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--delay", str(args.delay)])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_until_healthy(url, server, timeout=60)
         row = json.dumps({"responses_create_params": {"input": [{"role": "user", "content": "task " * 2000}]},
                           "expected_answer": "{}", "metadata": {"harness": "terminus_2"}})
         rows = [row] * args.completions

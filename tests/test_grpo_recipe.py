@@ -4,7 +4,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -31,18 +30,13 @@ def port_is_closed(url: str) -> bool:
 
 
 def start_reward_server(*args):
-    from trainers.local_reward_server import free_port
+    from trainers.local_reward_server import free_port, wait_until_healthy
 
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "rewards.server", "--host", "127.0.0.1", "--port", str(port),
                                 *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    wait_until_healthy(url, process, timeout=60)
     return process, url
 
 

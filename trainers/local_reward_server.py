@@ -19,6 +19,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, details=lambda: "") -> None:
+    """Poll `url`/health until it answers 200; a clear error if the process exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server for {url} exited with code {process.returncode}{details()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url}/health did not answer within {timeout:.0f} s{details()}")
+        time.sleep(0.2)
+
+
 @contextmanager
 def local_reward_server(config: str | None = None, startup_timeout: float = 120.0) -> Iterator[str]:
     """Start `python -m rewards.server` on a free loopback port, yield its URL, stop it afterwards."""
@@ -30,19 +46,11 @@ def local_reward_server(config: str | None = None, startup_timeout: float = 120.
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"the local reward server exited with code {process.returncode}:\n{log.read()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the local reward server did not answer {url}/health within {startup_timeout:.0f} s")
-            time.sleep(0.2)
+        def log_tail() -> str:
+            log.seek(0)
+            return ":\n" + log.read()[-2000:]
+
+        wait_until_healthy(url, process, startup_timeout, log_tail)
         yield url
     finally:
         process.terminate()
