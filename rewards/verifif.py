@@ -30,7 +30,9 @@ from pydantic import BaseModel, Field
 
 from rewards.environment import Environment, base_fields
 from rewards.judge import JudgeError
+from rewards.multichallenge import aggregate as multichallenge_aggregate
 from rewards.protocol import VerifyRequest, last_assistant_text, strip_thinking
+
 
 class LLMJudgeItem(BaseModel):
     uid: int
@@ -110,19 +112,8 @@ def parse_yes_no(evaluation: str) -> tuple[bool, str]:
 
 
 def aggregate(mode: str, scores: list[float]) -> float:
-    if not scores:
-        return 1.0
-    if mode == "all":
-        return 1.0 if all(s >= 0.99 for s in scores) else 0.0
-    if mode == "any":
-        return 1.0 if any(s >= 0.99 for s in scores) else 0.0
-    if mode == "mean":
-        return sum(scores) / len(scores)
-    if mode == "min":
-        return min(scores)
-    if mode == "max":
-        return max(scores)
-    return 0.0
+    """multichallenge's aggregation over the modes verifif allows; a row with no checks scores 1.0 here."""
+    return multichallenge_aggregate(mode, scores, [1.0] * len(scores)) if scores else 1.0
 
 
 class VerifIF(Environment):
