@@ -57,7 +57,7 @@ def main() -> None:
         return serve(args.serve, args.delay)
 
 
-    from trainers.local_reward_server import free_port, wait_until_healthy
+    from common.net import free_port, wait_until_healthy
     from trainers.reward_client import RewardClient, RewardClientConfig, make_reward_function
 
     port = free_port()

@@ -18,7 +18,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
-from trainers.checkpoints import last_complete_checkpoint
+from common.checkpoints import last_complete_checkpoint
 from trainers.cli import exit_on_user_error, parse_config
 from trainers.corpus import CorpusArguments
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback

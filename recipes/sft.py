@@ -15,7 +15,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig, get_peft_config
 
-from trainers.checkpoints import last_complete_checkpoint
+from common.checkpoints import last_complete_checkpoint
 from trainers.cli import exit_on_user_error, parse_config
 from trainers.corpus import CorpusArguments, build_sft_corpus
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback

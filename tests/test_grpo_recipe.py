@@ -30,7 +30,7 @@ def port_is_closed(url: str) -> bool:
 
 
 def start_reward_server(*args):
-    from trainers.local_reward_server import free_port, wait_until_healthy
+    from common.net import free_port, wait_until_healthy
 
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "rewards.server", "--host", "127.0.0.1", "--port", str(port),

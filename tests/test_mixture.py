@@ -7,7 +7,7 @@ from conftest import chat_row, write_jsonl
 
 from trainers.corpora import Source, load_source
 from trainers.corpus import CorpusArguments, build_sft_corpus
-from trainers.errors import CorpusError
+from common.errors import CorpusError
 from trainers.mixture import mix_by_weight, split_by_group, subsample
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from trainers.errors import ConfigError, UserError
+from common.errors import ConfigError, UserError
 
 
 def parse_config(dataclass_types, default_config: Path, argv: list[str] | None = None):

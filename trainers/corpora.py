@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.errors import CorpusError
+from common.errors import CorpusError
 from trainers.harbor_trajectory import trajectory_to_chat
 from trainers.records import RecordError, normalize_chat, text_content
 

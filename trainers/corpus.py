@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from trainers.corpora import LoadedSource, Source, load_source
-from trainers.errors import CorpusError
+from common.errors import CorpusError
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.mixture import mix_by_weight, split_by_group, subsample
 from trainers.records import RecordError

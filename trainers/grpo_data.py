@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from trainers.corpora import dotted_get, iter_rows
 from trainers.corpus import CorpusArguments, parse_sources
-from trainers.errors import CorpusError
+from common.errors import CorpusError
 from trainers.mixture import split_by_group, subsample
 from trainers.records import RecordError, text_content
 

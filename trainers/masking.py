@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainers.errors import ConfigError
+from common.errors import ConfigError
 from trainers.records import RecordError
 
 TRUNCATION_POLICIES = ("turns", "keep_start", "drop")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from rewards.protocol import make_response
-from trainers.errors import UserError
+from common.errors import UserError
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from trainers.errors import ConfigError
+from common.errors import ConfigError
 
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
