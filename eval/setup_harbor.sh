@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv-harbor: Harbor (pinned) in its own Python >= 3.12 venv. Idempotent; called by the
-# Makefile (make harbor / make test). This repo's eval package is NOT installed into it: run Harbor
-# with PYTHONPATH=<repo root> so that `--env eval.sandbox:LocalSandboxEnvironment` imports.
+# Makefile (make harbor / make test). This repo is NOT installed into it: run Harbor with
+# PYTHONPATH=<repo root> so that `--env harbor_plugins.local_sandbox:LocalSandboxEnvironment` imports
+# (harbor_plugins/ runs in this venv; the sandbox/ package it drives is standard library only).
 #   HARBOR_VERSION  Harbor release to pin (default: the one the tests were verified with)
 #   HARBOR_PYTHON   interpreter for the venv (default: python3.12/3.13 on PATH, else pyenv's 3.12.x)
 #   HARBOR_VENV     venv path (default: .venv-harbor in the repo root)
@@ -50,7 +51,7 @@ fi
 "$VENV/bin/python" -m pip install -q "harbor==$HARBOR_VERSION"
 # smoke: Harbor imports offline and our environment class loads from the repo root
 LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONPATH="$PWD" "$VENV/bin/python" -c \
-  'import harbor, eval.sandbox; from importlib.metadata import version; print("harbor", version("harbor"), "ok")'
+  'import harbor, harbor_plugins.local_sandbox; from importlib.metadata import version; print("harbor", version("harbor"), "ok")'
 for tool in unshare nsenter prlimit setpriv; do
   command -v "$tool" >/dev/null 2>&1 || echo "setup_harbor.sh: warning: '$tool' (util-linux) missing; --env local will not start" >&2
 done

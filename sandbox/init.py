@@ -1,8 +1,9 @@
-"""PID 1 of a local sandbox (see eval/sandbox.py). Standard library only.
+"""PID 1 of a sandbox. Runs in: any Python >= 3.11, standard library only, as ``python -I``.
 
-Started by ``LocalSandboxEnvironment.start`` as
-``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python sandbox_init.py CONFIG``
-so it already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the trial's root:
+Started by ``sandbox.core.Sandbox.start`` as
+``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python -I init.py sandbox_init:NAME CONFIG``
+(the ``sandbox_init:NAME`` label only names the process in the host's ``ps``; CONFIG is JSON), so it
+already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the sandbox's root:
 
   tmpfs (size = storage) at /tmp of the new mount namespace, holding upper/ work/ root/
   overlay lowerdir=/ (the host's root file system, read-only in effect), upper on that tmpfs
@@ -12,7 +13,7 @@ so it already runs in fresh mount, PID, network, IPC and UTS namespaces. It buil
   /tmp /var/tmp /run: fresh tmpfs; the paths in ``hide`` covered by an empty read-only tmpfs
 then pivot_root()s into it and detaches the old root, so no path leads back to the host's tree.
 Loopback is brought up (the network namespace has no other interface). It prints ``READY`` and
-then reaps orphans until the wall-time deadline passes or the lifeline pipe from the Harbor
+then reaps orphans until the wall-time deadline passes or the lifeline pipe from the owning
 process closes; when PID 1 exits the kernel kills every process of the namespace.
 """
 
@@ -197,7 +198,7 @@ def build_root(cfg: dict) -> None:
 
 
 def main() -> int:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.argv[-1])
     lifeline = int(cfg.get("lifeline_fd", -1))
     deadline = time.monotonic() + float(cfg.get("wall_sec") or 86400)
     try:
@@ -232,7 +233,7 @@ def main() -> int:
         except InterruptedError:
             ready = []
         if lifeline in ready and not os.read(lifeline, 64):
-            return 0  # the Harbor process is gone
+            return 0  # the process that started the sandbox is gone
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)

@@ -1,0 +1,98 @@
+"""``BlockingSandbox``: a ``Sandbox`` for synchronous code (e.g. the tool methods of TRL's ``environment_factory``).
+
+Runs in: any Python >= 3.11, standard library only.
+
+Each instance runs its ``Sandbox`` on a private event loop in a daemon thread; every method blocks until
+the sandbox call is done. ``close()`` (or leaving the ``with`` block) stops the sandbox and the thread.
+If this process dies without closing, the sandbox dies too: the lifeline pipe to its PID 1 closes with
+the process (its cgroup, as root, is removed by the next sandbox started on the host after 5 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sandbox.config import SandboxConfig
+from sandbox.core import ExecResult, Sandbox
+from sandbox.errors import SandboxError
+
+T = TypeVar("T")
+
+
+class BlockingSandbox:
+    """``with BlockingSandbox(SandboxConfig(...)) as sb: sb.exec("ls").stdout`` (the methods of ``Sandbox``)."""
+
+    def __init__(self, config: SandboxConfig | None = None, logger: logging.Logger | None = None):
+        self.sandbox = Sandbox(config, logger)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"sandbox-{self.sandbox.config.name}",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def __enter__(self) -> BlockingSandbox:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def workdir(self) -> str:
+        return self.sandbox.workdir
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise SandboxError("the sandbox is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # interrupted here (KeyboardInterrupt, ...): cancel the call, which kills its process group
+            future.cancel()
+            raise
+
+    def start(self) -> None:
+        self._call(self.sandbox.start())
+
+    def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+             timeout_sec: float | None = None, user: str | int | None = None) -> ExecResult:
+        return self._call(self.sandbox.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+
+    def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        self._call(self.sandbox.upload_file(source_path, target_path))
+
+    def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        self._call(self.sandbox.upload_dir(source_dir, target_dir))
+
+    def download_file(self, source_path: str, target_path: Path | str) -> None:
+        self._call(self.sandbox.download_file(source_path, target_path))
+
+    def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        self._call(self.sandbox.download_dir(source_dir, target_dir))
+
+    def stop(self) -> None:
+        """Stop the sandbox: every process of it dies (``close`` also ends the thread)."""
+        self._call(self.sandbox.stop())
+
+    def close(self) -> None:
+        """Stop the sandbox and end the event-loop thread. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._call(self.sandbox.stop())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()

@@ -1,0 +1,66 @@
+"""What one sandbox is made of: ``SandboxConfig``. Runs in: any Python >= 3.11, standard library only."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("auto", "root", "userns")
+LIMITS = ("strict", "best-effort")
+DOCKERFILE_MODES = ("emulate", "ignore")
+
+
+def _new_name() -> str:
+    return f"sandbox-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class SandboxConfig:
+    """Settings of one sandbox; the defaults are those of ``--env local`` for a task that sets none.
+
+    ``mode``: ``root`` (cgroup limits; needs root), ``userns`` (an ordinary user in a user namespace,
+    rlimits) or ``auto`` (root when running as root). ``limits``: ``strict`` refuses to start without
+    the process/memory limits, ``best-effort`` runs without them. ``max_processes`` (pids.max or
+    RLIMIT_NPROC), ``cpu_time_sec`` (RLIMIT_CPU per process), ``wall_sec`` (the sandbox's lifetime),
+    ``memory_mb`` (cgroup memory or RLIMIT_DATA; also caps /dev/shm at 1 GiB), ``storage_mb`` (the
+    tmpfs that holds every write), ``cpus`` (CPU quota, root mode only; None = no quota).
+    ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else ``/app``.
+    ``environment_dir``: the build context holding a ``Dockerfile`` whose subset is replayed at start
+    when ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each). ``hide``: host
+    paths covered by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
+    ``env``: variables of every command, over PATH/HOME/LANG and the Dockerfile's ``ENV``; nothing of
+    this process's own environment is passed in. ``name``: names the cgroup and the PID 1 process.
+    """
+
+    mode: str = "auto"
+    limits: str = "strict"
+    max_processes: int = 512
+    cpu_time_sec: int = 3600
+    wall_sec: float = 21600
+    memory_mb: int = 4096
+    storage_mb: int = 10240
+    cpus: float | None = None
+    workdir: str | None = None
+    environment_dir: Path | None = None
+    dockerfile: str = "emulate"
+    build_timeout_sec: float = 600
+    hide: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    hostname: str = "sandbox"
+    name: str = field(default_factory=_new_name)
+
+    def __post_init__(self) -> None:
+        for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"sandbox {key} must be positive, not {getattr(self, key)!r}")
+        if self.cpus is not None and not self.cpus > 0:
+            raise ValueError(f"sandbox cpus must be positive or None, not {self.cpus!r}")
+        if "/" in self.name or self.name in ("", ".", ".."):
+            raise ValueError(f"sandbox name {self.name!r} must be a single path component")
+        if self.environment_dir is not None:
+            self.environment_dir = Path(self.environment_dir)
+        self.hide = [str(p) for p in self.hide]

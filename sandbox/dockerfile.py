@@ -1,0 +1,94 @@
+"""The Dockerfile subset a sandbox replays: parse a Dockerfile, and replay it through a running sandbox.
+
+Runs in: any Python >= 3.11, standard library only.
+
+Replayed: ``WORKDIR`` (created), ``ENV`` (set for every later command), ``COPY``/``ADD`` of files from the
+build context, ``RUN`` (as root, no network). Ignored: ``FROM`` and the other metadata lines (the
+userland is the host's); ``COPY --from`` and anything else unknown is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from sandbox.errors import SandboxError
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+IGNORED = ("FROM", "ARG", "LABEL", "CMD", "ENTRYPOINT", "EXPOSE", "USER", "SHELL",
+           "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "MAINTAINER", "ONBUILD")
+
+
+def parse(path: Path) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` per instruction, continuation lines joined; [] without the file."""
+    if not path.exists():
+        return []
+    lines, cur = [], ""
+    for raw in path.read_text().splitlines():
+        s = raw.strip()
+        if not cur and (not s or s.startswith("#")):
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        cur += s
+        if cur.strip():
+            op, _, rest = cur.strip().partition(" ")
+            lines.append((op.upper(), rest.strip()))
+        cur = ""
+    return lines
+
+
+def workdir(path: Path) -> str | None:
+    """The Dockerfile's final ``WORKDIR`` (relative ones resolved), or None."""
+    wd = None
+    for op, rest in parse(path):
+        if op == "WORKDIR":
+            wd = str(PurePosixPath(wd or "/") / rest)
+    return wd
+
+
+async def replay(sandbox: Sandbox, path: Path, context: Path, env: dict[str, str], timeout_sec: float,
+                 logger: logging.Logger) -> None:
+    """Replay the Dockerfile at ``path`` in ``sandbox`` (build context ``context``). ``ENV`` lines go into
+    ``env``, the dict the sandbox adds to every command, so later ``RUN`` lines see them too."""
+    wd = "/"
+    for op, rest in parse(path):
+        if op == "WORKDIR":
+            wd = str(PurePosixPath(wd) / rest)
+            await sandbox.exec(f"mkdir -p {shlex.quote(wd)}", cwd="/", user="root")
+        elif op == "ENV":
+            parts = shlex.split(rest)
+            if parts and "=" not in parts[0]:
+                env[parts[0]] = " ".join(parts[1:])
+            else:
+                env.update(p.split("=", 1) for p in parts if "=" in p)
+        elif op in ("COPY", "ADD"):
+            args = [a for a in (json.loads(rest) if rest.startswith("[") else shlex.split(rest))
+                    if not a.startswith("--")]
+            if any(a.startswith("--from") for a in shlex.split(rest)) or len(args) < 2:
+                logger.warning(f"local sandbox: skipping Dockerfile {op} {rest}")
+                continue
+            *srcs, dst = args
+            dst = str(PurePosixPath(wd) / dst)
+            for pattern in srcs:
+                for src in sorted(context.glob(pattern)) or [context / pattern]:
+                    if src.is_dir():
+                        await sandbox.upload_dir(src, dst)
+                    elif dst.endswith("/") or len(srcs) > 1:
+                        await sandbox.upload_file(src, dst.rstrip("/") + "/" + src.name)
+                    else:
+                        await sandbox.upload_file(src, dst)
+        elif op == "RUN":
+            cmd = " ".join(shlex.quote(a) for a in json.loads(rest)) if rest.startswith("[") else rest
+            res = await sandbox.exec(cmd, cwd=wd, user="root", timeout_sec=timeout_sec)
+            if res.return_code != 0:
+                raise SandboxError(f"Dockerfile RUN failed in the local sandbox (exit {res.return_code}; "
+                                   f"host userland, no network): {cmd}\n{res.stderr or res.stdout}")
+        elif op not in IGNORED:
+            logger.warning(f"local sandbox: ignoring Dockerfile {op}")

@@ -1,0 +1,482 @@
+"""The local sandbox: the standard-library package `sandbox/` driven directly from the training venv, and
+its Harbor adapter (harbor_plugins/local_sandbox.py) driven through real Harbor jobs in .venv-harbor.
+
+Harbor lives in its own Python 3.12 venv (eval/setup_harbor.sh, run by `make test`), so the Harbor tests
+run it as subprocesses: `.venv-harbor/bin/harbor run ... --env harbor_plugins.local_sandbox:LocalSandboxEnvironment`
+with PYTHONPATH set to the repo root, and read the job's result.json files back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HARBOR_VENV = REPO / ".venv-harbor"
+HARBOR = HARBOR_VENV / "bin" / "harbor"
+HARBOR_PY = HARBOR_VENV / "bin" / "python"
+TASKS = REPO / "tests" / "fixtures" / "harbor_tasks"
+ENV_CLASS = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
+HOST_PROBES = [Path(p) / "tr-sandbox-probe" for p in ("/etc", "/root", "/tmp", "/var/tmp", "/usr")]
+MAX_PROCESSES = 64
+
+needs_namespaces = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or any(shutil.which(t) is None for t in ("unshare", "nsenter", "prlimit", "setpriv")),
+    reason="the local sandbox needs Linux namespaces and util-linux (unshare, nsenter, prlimit, setpriv)")
+needs_harbor = pytest.mark.skipif(not HARBOR.exists(),
+                                  reason=".venv-harbor missing: run `bash eval/setup_harbor.sh` (make test does)")
+
+
+def harbor_e2e(test):
+    """A test that runs Harbor (in .venv-harbor) with the local sandbox."""
+    return needs_harbor(needs_namespaces(test))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO), **extra)
+    return env
+
+
+def harbor_run(task: Path, agent: str, jobs: Path, name: str, *args: str, env=None) -> Path:
+    cmd = [str(HARBOR), "run", "-p", str(task), "--env", ENV_CLASS, "-a", agent,
+           "-o", str(jobs), "--job-name", name, "-y", *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env or _env(), capture_output=True, text=True, timeout=180)
+    job = jobs / name
+    assert (job / "result.json").exists(), f"harbor failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return job
+
+
+def trials(job: Path) -> dict[str, dict]:
+    """task folder name -> trial result.json (trial dirs are named <task folder>__<id>)"""
+    out = {}
+    for res in job.glob("*/result.json"):
+        r = json.loads(res.read_text())
+        out[res.parent.name.rsplit("__", 1)[0]] = r | {"_dir": res.parent}
+    return out
+
+
+def exception_type(trial: dict) -> str | None:
+    return (trial.get("exception_info") or {}).get("exception_type")
+
+
+def reward(trial: dict):
+    return ((trial.get("verifier_result") or {}).get("rewards") or {}).get("reward")
+
+
+def host_processes(*needles: str) -> list[str]:
+    hits = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(n in text for n in needles):
+            hits.append(f"{cmdline.parent.name}: {text}")
+    return hits
+
+
+# ---------------------------------------------------------------- hello-world: oracle 1.0, nop 0.0
+@pytest.fixture(scope="module")
+def hello_jobs(tmp_path_factory):
+    jobs = tmp_path_factory.mktemp("hello-jobs")
+    with ThreadPoolExecutor(2) as pool:  # two harbor processes side by side
+        futs = {a: pool.submit(harbor_run, TASKS / "hello-world", a, jobs, f"hello-{a}") for a in ("oracle", "nop")}
+        return {a: f.result() for a, f in futs.items()}
+
+
+@harbor_e2e
+@pytest.mark.parametrize("agent,expected", [("oracle", 1.0), ("nop", 0.0)])
+def test_hello_world_reward(hello_jobs, agent, expected):
+    job = hello_jobs[agent]
+    result = json.loads((job / "result.json").read_text())
+    (key, ev), = result["stats"]["evals"].items()
+    assert key.startswith(f"{agent}__")
+    assert ev["metrics"][0]["mean"] == expected
+    assert ev["n_errors"] == 0 and ev["exception_stats"] == {}
+    (trial,) = trials(job).values()
+    assert reward(trial) == expected and exception_type(trial) is None
+    # the verifier's outputs came back from the sandbox into the trial dir
+    assert (trial["_dir"] / "verifier" / "reward.txt").read_text().strip() == str(int(expected))
+
+
+# ---------------------------------------------------------------- isolation: one job, four probe tasks
+@pytest.fixture(scope="module")
+def isolation_job(tmp_path_factory):
+    for p in HOST_PROBES:
+        assert not p.exists(), f"{p} exists before the test; remove it"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    jobs = tmp_path_factory.mktemp("isolation-jobs")
+    try:
+        job = harbor_run(TASKS / "isolation", "oracle", jobs, "isolation", "-n", "4",
+                         "--ek", f"max_processes={MAX_PROCESSES}", env=_env(TR_PROBE_PORT=str(port)))
+        try:
+            conn, _ = listener.accept()
+            conn.close()
+            connected = True
+        except BlockingIOError:
+            connected = False
+    finally:
+        listener.close()
+    return {"job": job, "trials": trials(job), "host_listener_connected": connected, "port": port}
+
+
+def _probe(trial: dict) -> list[str]:
+    return (trial["_dir"] / "agent" / "probe.txt").read_text().splitlines()
+
+
+@harbor_e2e
+def test_writes_outside_the_workspace_never_reach_the_host(isolation_job):
+    t = isolation_job["trials"]["escape"]
+    probe = _probe(t)
+    # inside the sandbox each write succeeded (it landed in the tmpfs overlay) ...
+    assert [line.split()[0] for line in probe[:5]] == ["write_ok"] * 5, probe
+    # ... and the host is unchanged
+    assert not [p for p in HOST_PROBES if p.exists()]
+    assert reward(t) == 1.0 and exception_type(t) is None
+
+
+@harbor_e2e
+def test_no_network_and_no_privileges(isolation_job):
+    probe = _probe(isolation_job["trials"]["escape"])
+    net = [line for line in probe if line.startswith("net_")]
+    assert len(net) == 3 and all(line.startswith("net_blocked") for line in net), net
+    assert f"net_blocked 127.0.0.1 {isolation_job['port']} " in "\n".join(net) + " "
+    assert not isolation_job["host_listener_connected"], "the sandbox reached a port on the host's loopback"
+    for expected in ("mem_blocked", "mount_blocked", "mknod_blocked", "proc1_is_sandbox_init", "proc1_root_denied"):
+        assert any(line.startswith(expected) for line in probe), (expected, probe)
+
+
+@harbor_e2e
+def test_fork_bomb_is_bounded_and_ends_with_the_agent_timeout(isolation_job):
+    t = isolation_job["trials"]["fork-bomb"]
+    assert exception_type(t) == "AgentTimeoutError"
+    bomb = json.loads((t["_dir"] / "agent" / "bomb.json").read_text())
+    assert bomb["errno"] == 11 and bomb["forked"] < MAX_PROCESSES, bomb  # EAGAIN at the process limit
+    # the bomb was killed with the agent phase, so the verifier could still run in the same sandbox
+    assert reward(t) == 1.0
+
+
+@harbor_e2e
+def test_agent_past_its_time_is_killed(isolation_job):
+    t = isolation_job["trials"]["agent-timeout"]
+    assert exception_type(t) == "AgentTimeoutError"
+    assert "timed out after 2.0 seconds" in t["exception_info"]["exception_message"]
+    assert reward(t) == 0.0  # Harbor still runs the verifier after an agent timeout
+
+
+@harbor_e2e
+def test_verifier_past_its_time_is_killed(isolation_job):
+    t = isolation_job["trials"]["verifier-timeout"]
+    assert exception_type(t) == "VerifierTimeoutError"
+    assert t["verifier_result"] is None
+
+
+@harbor_e2e
+def test_no_process_of_a_trial_survives(isolation_job):
+    assert len(isolation_job["trials"]) == 4
+    # sleep 31337 (agent, foreground), 31338 (agent, setsid-detached), 31339 (verifier); the
+    # sandboxes' PID 1 carries the job dir in its command line (hidden paths)
+    assert host_processes("sleep 3133", str(isolation_job["job"])) == []
+    ours = {t["_dir"].name for t in isolation_job["trials"].values()}
+    leftover = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*")
+                if p.is_dir() and p.name.rsplit("__", 1)[0] in ours]
+    assert leftover == []  # per-trial cgroups (root mode) are removed
+
+
+# ---------------------------------------------------------------- the environment class used directly
+DIRECT = textwrap.dedent(
+    """
+    import asyncio, json, logging, os, sys, tempfile
+    from pathlib import Path
+    from harbor.models.task.config import EnvironmentConfig
+    from harbor.models.trial.paths import TrialPaths
+    from harbor_plugins.local_sandbox import LocalSandboxEnvironment
+    from sandbox import SandboxExecTimeoutError
+
+    async def main():
+        tmp = Path(tempfile.mkdtemp())
+        (tmp / "task" / "environment").mkdir(parents=True)
+        trial = TrialPaths(tmp / "jobs" / "t__1"); trial.mkdir()
+        env = LocalSandboxEnvironment(tmp / "task" / "environment", "t", "t__1__env", trial,
+                                      EnvironmentConfig(memory_mb=256, storage_mb=64), max_processes=32)
+        out = {}
+        await env.start(force_build=False)
+        try:
+            r = await env.exec("pwd; id -u; echo hi > /etc/direct-probe && cat /etc/direct-probe; "
+                               "echo $OPENAI_API_KEY; ls /proc | grep -cE '^[0-9]+$'")
+            out["exec"] = [r.return_code, r.stdout]
+            (tmp / "up").mkdir(); (tmp / "up" / "a.txt").write_text("A"); (tmp / "up" / "sub").mkdir()
+            (tmp / "up" / "sub" / "b.sh").write_text("echo B"); os.chmod(tmp / "up" / "sub" / "b.sh", 0o755)
+            await env.upload_dir(tmp / "up", "/data")
+            await env.upload_file(tmp / "up" / "a.txt", "/data/c.txt")
+            r = await env.exec("cat /data/a.txt /data/c.txt; /data/sub/b.sh")
+            out["upload"] = r.stdout
+            await env.download_dir("/data", tmp / "down")
+            out["download"] = sorted(str(p.relative_to(tmp / "down")) for p in (tmp / "down").rglob("*"))
+            try:
+                await env.exec("sleep 31340", timeout_sec=1)
+                out["timeout"] = "no exception"
+            except SandboxExecTimeoutError as e:
+                out["timeout"] = type(e).__name__
+            await env.exec("setsid sleep 31341 </dev/null >/dev/null 2>&1 &")
+        finally:
+            await env.stop(delete=True)
+        print(json.dumps(out))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run_direct(preexec=None) -> dict:
+    proc = subprocess.run([str(HARBOR_PY), "-c", DIRECT], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=_env(OPENAI_API_KEY="sk-must-not-leak"), preexec_fn=preexec)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_direct(out: dict) -> None:
+    rc, stdout = out["exec"]
+    lines = stdout.split("\n")
+    assert rc == 0 and lines[0] == "/app" and lines[1] == "0" and lines[2] == "hi", stdout
+    assert lines[3] == "", "the Harbor process's environment leaked into the sandbox"
+    assert int(lines[4]) < 10  # own PID namespace: only the sandbox's processes are visible
+    assert out["upload"] == "AAB\n"
+    assert out["download"] == ["a.txt", "c.txt", "sub", "sub/b.sh"]
+    assert out["timeout"] == "SandboxExecTimeoutError"
+    assert not Path("/etc/direct-probe").exists()
+    assert host_processes("sleep 3134") == []
+
+
+@harbor_e2e
+def test_environment_class_directly():
+    _check_direct(_run_direct())
+
+
+def _nobody_can_run_harbor() -> bool:
+    if os.geteuid() != 0 or not HARBOR.exists() or shutil.which("setpriv") is None:
+        return False
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                            str(HARBOR_PY), "-c", "import harbor"], capture_output=True, env=_env(), cwd="/")
+    userns = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                             "unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True)
+    return probe.returncode == 0 and userns.returncode == 0
+
+
+@harbor_e2e
+@pytest.mark.skipif(not _nobody_can_run_harbor(),
+                    reason="needs root (to switch to 'nobody'), a .venv-harbor that 'nobody' can execute "
+                           "(e.g. not under a 0700 /root) and unprivileged user namespaces")
+def test_environment_class_as_an_ordinary_user():
+    def drop():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    _check_direct(_run_direct(preexec=drop))
+
+
+# ---------------------------------------------------------------- the sandbox package directly: training venv, no Harbor
+def _cgroups_named(name: str) -> list[Path]:
+    return [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*") if p.is_dir() and p.name == name]
+
+
+@needs_namespaces
+def test_blocking_sandbox_in_the_training_venv(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig, SandboxError, SandboxExecTimeoutError
+
+    name = f"direct-{os.getpid()}"
+    probes = [Path(p) / "tr-direct-probe" for p in ("/etc", "/root", "/tmp", "/var/tmp", "/usr")]
+    assert not [p for p in probes if p.exists()], "a probe file exists before the test; remove it"
+    payload = b"payload\x00\xff\n" * 1000
+    (tmp_path / "in.bin").write_bytes(payload)
+    config = SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, workdir="/work",
+                           env={"TR_GREETING": "hi"}, name=name)
+    with BlockingSandbox(config) as sb:
+        r = sb.exec("pwd; echo $TR_GREETING; echo oops >&2; exit 3")
+        assert (r.return_code, r.stdout, r.stderr) == (3, "/work\nhi\n", "oops\n")
+        r = sb.exec(" && ".join(f"echo x > {p} && cat {p}" for p in probes))
+        assert (r.return_code, r.stdout) == (0, "x\n" * len(probes)), r  # writable inside ...
+        sb.upload_file(tmp_path / "in.bin", "/data/in.bin")
+        assert sb.exec("wc -c < /data/in.bin").stdout.strip() == str(len(payload))
+        sb.download_file("/data/in.bin", tmp_path / "back" / "in.bin")
+        assert (tmp_path / "back" / "in.bin").read_bytes() == payload
+        with pytest.raises(SandboxExecTimeoutError) as timeout:
+            sb.exec("sleep 31346", timeout_sec=1)
+        assert isinstance(timeout.value, TimeoutError)
+        assert host_processes("sleep 31346") == []  # the command's process group was killed
+        assert sb.exec("echo still-up").stdout == "still-up\n"
+        sb.exec("setsid sleep 31347 </dev/null >/dev/null 2>&1 &")
+        init_pid = sb.sandbox.init_pid
+        assert host_processes(f"sandbox_init:{name}"), "the sandbox's PID 1 is not running"
+    assert not Path(f"/proc/{init_pid}").exists()
+    assert host_processes("sleep 31347", f"sandbox_init:{name}") == []
+    assert not [p for p in probes if p.exists()], "... and nothing reached the host"
+    assert _cgroups_named(name) == []
+    with pytest.raises(SandboxError, match="closed"):
+        sb.exec("true")
+    assert "harbor" not in sys.modules
+
+
+LIFELINE = textwrap.dedent(
+    """
+    import os, sys
+    from sandbox import BlockingSandbox, SandboxConfig
+    sb = BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, name=sys.argv[1]))
+    sb.start()
+    sb.exec("setsid sleep 31348 </dev/null >/dev/null 2>&1 &")
+    print(sb.sandbox.init_pid, flush=True)
+    os.kill(os.getpid(), 9)  # dies without close()
+    """
+)
+
+
+@needs_namespaces
+def test_blocking_sandbox_dies_with_its_process():
+    name = f"lifeline-{os.getpid()}"
+    try:
+        proc = subprocess.run([sys.executable, "-c", LIFELINE, name], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        init_pid = int(proc.stdout.split()[-1])
+        for _ in range(1500):  # the lifeline pipe closed: PID 1 exits, the kernel kills the rest
+            if not Path(f"/proc/{init_pid}").exists():
+                break
+            time.sleep(0.02)
+        assert not Path(f"/proc/{init_pid}").exists(), "the sandbox outlived the process that started it"
+        assert host_processes("sleep 31348", f"sandbox_init:{name}") == []
+    finally:
+        for d in _cgroups_named(name):  # nothing in the dead process could remove it
+            d.rmdir()
+
+
+STDLIB_ONLY = textwrap.dedent(
+    """
+    import importlib, json, pkgutil, sys
+    sys.path.insert(0, sys.argv[1])
+    before = set(sys.modules)
+    import sandbox
+    names = [m.name for m in pkgutil.iter_modules(sandbox.__path__, "sandbox.")]
+    for name in names:
+        importlib.import_module(name)
+    loaded = {m.split(".")[0] for m in set(sys.modules) - before}
+    print(json.dumps({"modules": names, "outside": sorted(loaded - set(sys.stdlib_module_names) - {"sandbox"})}))
+    """
+)
+
+
+@pytest.mark.parametrize("python", [sys.executable, str(HARBOR_PY)], ids=["training-venv", "harbor-venv"])
+def test_sandbox_package_imports_only_the_standard_library(python):
+    if not Path(python).exists():
+        pytest.skip(f"{python} missing")
+    # -S: no site-packages (and no .pth hooks), so a third-party import fails or shows up below
+    proc = subprocess.run([python, "-S", "-c", STDLIB_ONLY, str(REPO)], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert {"sandbox.core", "sandbox.blocking", "sandbox.init", "sandbox.cgroup", "sandbox.dockerfile"} <= set(out["modules"])
+    assert out["outside"] == []
+
+
+def _python_for_nobody() -> str | None:
+    """A Python >= 3.11 that user 'nobody' can run, when we are root and user namespaces are allowed."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        return None
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    if subprocess.run(nobody + ["unshare", "--user", "--map-root-user", "--mount", "true"],
+                      capture_output=True).returncode != 0:
+        return None
+    for python in (sys.executable, str(HARBOR_PY), "/usr/bin/python3", shutil.which("python3") or ""):
+        # the sandbox's PID 1 runs this Python inside the user namespace: probe it there
+        if python and Path(python).exists() and subprocess.run(
+                nobody + ["unshare", "--user", "--map-root-user", "--", python, "-S", "-c",
+                          "import sys; sys.exit(sys.version_info < (3, 11))"],
+                capture_output=True, cwd="/").returncode == 0:
+            return python
+    return None
+
+
+AS_NOBODY = textwrap.dedent(
+    """
+    import json, os, sys, tempfile
+    sys.path.insert(0, sys.argv[1])
+    from sandbox import BlockingSandbox, SandboxConfig, SandboxExecTimeoutError
+    tmp = tempfile.mkdtemp()
+    with open(os.path.join(tmp, "a.txt"), "w") as f:
+        f.write("A")
+    out = {}
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, name=sys.argv[2])) as sb:
+        out["userns"] = sb.sandbox._userns
+        r = sb.exec("id -u; echo x > /etc/tr-nobody-probe && cat /etc/tr-nobody-probe")
+        out["exec"] = [r.return_code, r.stdout]
+        sb.upload_file(os.path.join(tmp, "a.txt"), "/data/a.txt")
+        sb.exec("mkdir /data/sub && echo B > /data/sub/b.txt")
+        sb.download_dir("/data", os.path.join(tmp, "down"))
+        out["download"] = sorted(os.path.relpath(os.path.join(d, f), os.path.join(tmp, "down"))
+                                 for d, _, fs in os.walk(os.path.join(tmp, "down")) for f in fs)
+        try:
+            sb.exec("sleep 31349", timeout_sec=1)
+        except SandboxExecTimeoutError:
+            out["timeout"] = True
+    print(json.dumps(out))
+    """
+)
+
+
+@needs_namespaces
+@pytest.mark.skipif(_python_for_nobody() is None,
+                    reason="needs root (to switch to 'nobody'), a Python >= 3.11 that 'nobody' can run "
+                           "and unprivileged user namespaces")
+def test_sandbox_as_an_ordinary_user_uses_a_user_namespace():
+    name = f"nobody-{os.getpid()}"
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                           _python_for_nobody(), "-S", "-c", AS_NOBODY, str(REPO), name],
+                          capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["userns"] is True
+    assert out["exec"] == [0, "0\nx\n"]  # root inside (the only mapped user), writes land in the overlay
+    assert out["download"] == ["a.txt", "sub/b.txt"]
+    assert out["timeout"] is True
+    assert not Path("/etc/tr-nobody-probe").exists()
+    assert host_processes("sleep 31349", f"sandbox_init:{name}") == []
+
+
+@needs_namespaces
+def test_dockerfile_subset_is_replayed_at_start(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig, SandboxError
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "data.txt").write_text("D\n")
+    (tmp_path / "setup.sh").write_text('echo "$GREETING from setup" > made.txt\n')
+    (tmp_path / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nWORKDIR /srv\nENV GREETING=hello \\\n    OTHER=x\nCOPY app/ /srv/app/\n"
+        "COPY setup.sh /tmp/setup.sh\nRUN bash /tmp/setup.sh && rm /tmp/setup.sh\n")
+    config = SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, environment_dir=tmp_path)
+    with BlockingSandbox(config) as sb:
+        assert sb.workdir == "/srv"  # the Dockerfile's WORKDIR, as no workdir was given
+        r = sb.exec("pwd; cat app/data.txt made.txt; echo $GREETING $OTHER; ls /tmp/setup.sh 2>&1 >/dev/null | wc -l")
+        assert r.stdout == "/srv\nD\nhello from setup\nhello x\n1\n", r
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nRUN exit 7\n")
+    failing = BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, environment_dir=tmp_path,
+                                            name=f"df-fail-{os.getpid()}"))
+    with pytest.raises(SandboxError, match="Dockerfile RUN failed .*exit 7"):
+        with failing:
+            pass
+    assert not failing._thread.is_alive()  # __enter__ failed: the sandbox and its thread are closed
+    assert host_processes(f"sandbox_init:df-fail-{os.getpid()}") == []  # a failed start leaves nothing running
