@@ -2,7 +2,8 @@
 
     python bench/grpo_reward_overhead.py [--completions 64] [--delay 0.2] [--repeats 3]
 
-A stand-in /verify server (uvicorn, in a subprocess on loopback) sleeps `--delay` seconds per request and returns
+A stand-in /verify server (`python tests/servers.py slow-verify`: uvicorn, in its own process on loopback, so it
+shares neither the GIL nor the event loop of the client measured) sleeps `--delay` seconds per request and returns
 a reward. Side by side in one process, the same 64 completions are scored:
 - ours: the GRPO recipe's reward function (`trainers.reward_client.make_reward_function`): all requests
   concurrent over pooled connections, as TRL awaits it on its async loop;
@@ -25,43 +26,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def serve(port: int, delay: float) -> None:
-    import uvicorn
-    from fastapi import FastAPI, Request
-
-    app = FastAPI()
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
-
-    @app.post("/verify")
-    async def verify(request: Request):
-        body = await request.json()
-        await asyncio.sleep(delay)
-        text = body["response"]["output"][-1]["content"][0]["text"]
-        return {"reward": float(len(text) % 2), "mask_sample": False}
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--completions", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(REPO / "bench/results/grpo_reward_overhead.json"))
     args = parser.parse_args()
-    if args.serve:
-        return serve(args.serve, args.delay)
-
 
     from common.net import free_port, wait_until_healthy
     from trainers.reward_client import RewardClient, RewardClientConfig, make_reward_function
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--delay", str(args.delay)])
+    server = subprocess.Popen([sys.executable, str(REPO / "tests/servers.py"), "slow-verify", "--port", str(port),
+                               "--delay", str(args.delay)])
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(url, server, timeout=60)

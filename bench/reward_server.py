@@ -33,8 +33,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.net import free_port  # noqa: E402
 from rewards.protocol import make_response  # noqa: E402
-from rewards.testing import free_port  # noqa: E402
 
 PAD = (" The previous command's output shows the state of the working tree, the files that changed and the"
        " services involved, so the next step checks the remaining failure before editing anything.")
@@ -217,10 +217,10 @@ def in_process(rows: list[dict], seconds: float) -> dict:
     """The scoring alone: the environment's verify on the same rows, one at a time, no HTTP, no JSON."""
     from rewards.config import load_config
     from rewards.judge import Judge
-    from rewards.terminus_judge import TerminusJudge
+    from rewards.environments.terminus_judge import TerminusJudge
 
     config = load_config(REPO / "configs/rewards/terminus_judge_string_only.yaml")
-    env = TerminusJudge(config.terminus_judge, Judge(config.judge.settings()))
+    env = TerminusJudge(config.terminus_judge, Judge(config.judge))
 
     async def run():
         latencies = []

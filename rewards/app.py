@@ -19,28 +19,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from common.errors import RequestError
 from rewards.config import ServerConfig
-from rewards.environment import Environment, RequestError
+from rewards.environments import AGENT_NAMES, ENVIRONMENTS, Environment
 from rewards.judge import Judge
 from rewards.metrics import Metrics
-from rewards.multichallenge import MultiChallenge
-from rewards.terminus_judge import TerminusJudge
-from rewards.verifif import VerifIF
 
 logger = logging.getLogger("rewards")
 
-ENVIRONMENT_CLASSES = {cls.name: cls for cls in (TerminusJudge, MultiChallenge, VerifIF)}
-# agent_ref.name -> environment: NeMo Gym's agent names, and ours
-AGENT_NAMES = {
-    "terminus_judge_simple_agent": "terminus_judge",
-    "terminus_judge_string_only_simple_agent": "terminus_judge",
-    "multichallenge_simple_agent": "multichallenge",
-    "verifif_simple_agent": "verifif",
-    "turing_vif_simple_agent": "verifif",
-    "terminus_judge": "terminus_judge",
-    "multichallenge": "multichallenge",
-    "verifif": "verifif",
-}
 ENDPOINTS = {"/verify", "/seed_session", "/close_session", "/health", "/metrics"}
 
 
@@ -197,9 +183,9 @@ class Guard:
 
 
 def create_app(config: ServerConfig) -> FastAPI:
-    judge = Judge(config.judge.settings())
+    judge = Judge(config.judge)
     environments: dict[str, Environment] = {
-        name: ENVIRONMENT_CLASSES[name](getattr(config, name), judge) for name in config.environments()}
+        name: ENVIRONMENTS[name](config.environment_config(name), judge) for name in config.environments()}
     metrics = Metrics()
     accepted = sorted(name for name, env in AGENT_NAMES.items() if env in environments)
 
@@ -272,8 +258,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             result = await environment.verify_failsafe(parsed, body)
             out = JSONOut(result)
-        except RequestError as err:
-            return error(422, f"invalid {environment.name} row: {err}")
+        except RequestError as err:  # the row's content, refused by the environment (422, naming the field)
+            return error(err.status, f"invalid {environment.name} row: {err.message}")
         except RecursionError:
             return error(400, "the request body is nested too deeply")
         except Exception as err:

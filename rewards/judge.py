@@ -19,22 +19,26 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class JudgeError(Exception):
     """A judge call failed (transport, deadline, HTTP status, or a body that is not a chat completion)."""
 
 
-@dataclass
-class JudgeSettings:
+class JudgeConfig(BaseModel):
+    """The `judge:` block of a reward server config (`ServerConfig.judge`); `Judge` takes it as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
     base_url: Optional[str] = None  # an OpenAI-compatible server, ending in /v1
     model: str = "judge"
     api_key: Optional[str] = None
-    max_concurrency: int = 64
-    timeout: float = 120.0  # seconds, per attempt
-    retries: int = 3
-    backoff_base: float = 0.5
-    backoff_max: float = 8.0
+    max_concurrency: int = Field(64, ge=1)
+    timeout: float = Field(120.0, gt=0)  # seconds, per attempt
+    retries: int = Field(3, ge=0)
+    backoff_base: float = Field(0.5, ge=0)
+    backoff_max: float = Field(8.0, ge=0)
 
 
 @dataclass
@@ -45,10 +49,10 @@ class JudgeReply:
 
 
 class Judge:
-    def __init__(self, settings: JudgeSettings):
-        self.settings = settings
-        self.url = f"{settings.base_url.rstrip('/')}/chat/completions" if settings.base_url else None
-        self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+    def __init__(self, config: JudgeConfig):
+        self.config = config
+        self.url = f"{config.base_url.rstrip('/')}/chat/completions" if config.base_url else None
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._client: Optional[httpx.AsyncClient] = None
         self.in_flight = 0
         self.calls = 0
@@ -61,10 +65,10 @@ class Judge:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            headers = {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
-            limit = self.settings.max_concurrency
+            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+            limit = self.config.max_concurrency
             self._client = httpx.AsyncClient(
-                headers=headers, timeout=httpx.Timeout(self.settings.timeout),
+                headers=headers, timeout=httpx.Timeout(self.config.timeout),
                 limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit))
         return self._client
 
@@ -77,21 +81,21 @@ class Judge:
         """POST one chat completion; return its text, or raise JudgeError."""
         if not self.configured:
             raise JudgeError("no judge is configured (start the server with --judge_base_url URL)")
-        body = {"model": self.settings.model, "messages": messages, **(params or {})}
+        body = {"model": self.config.model, "messages": messages, **(params or {})}
         self.calls += 1
-        attempts = self.settings.retries + 1
+        attempts = self.config.retries + 1
         for attempt in range(attempts):
             try:
                 async with self._semaphore:
                     self.in_flight += 1
                     try:
                         reply = await asyncio.wait_for(self._http().post(self.url, json=body),
-                                                       timeout=self.settings.timeout + 0.5)
+                                                       timeout=self.config.timeout + 0.5)
                     finally:
                         self.in_flight -= 1
             except (asyncio.TimeoutError, httpx.TimeoutException):
                 self.failures += 1
-                raise JudgeError(f"judge {self.url}: no answer within the {self.settings.timeout:g} s deadline") from None
+                raise JudgeError(f"judge {self.url}: no answer within the {self.config.timeout:g} s deadline") from None
             except httpx.TransportError as err:  # connection refused/reset, protocol errors
                 cause = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
                 if attempt + 1 < attempts:
@@ -127,11 +131,11 @@ class Judge:
 
     async def _backoff(self, attempt: int, retry_after: str | None = None) -> None:
         self.retried += 1
-        delay = min(self.settings.backoff_max, self.settings.backoff_base * 2 ** attempt)
+        delay = min(self.config.backoff_max, self.config.backoff_base * 2 ** attempt)
         delay *= random.uniform(0.5, 1.0)
         if retry_after:
             try:
-                delay = max(delay, min(float(retry_after), self.settings.backoff_max))
+                delay = max(delay, min(float(retry_after), self.config.backoff_max))
             except ValueError:
                 pass
         await asyncio.sleep(delay)

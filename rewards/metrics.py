@@ -65,5 +65,5 @@ class Metrics:
         if judge is not None:
             out["judge"] = {"url": judge.url, "calls": judge.calls, "failures": judge.failures,
                             "retries": judge.retried, "in_flight": judge.in_flight,
-                            "max_concurrency": judge.settings.max_concurrency}
+                            "max_concurrency": judge.config.max_concurrency}
         return out

@@ -84,13 +84,6 @@ class ResponseObject(BaseModel):
     output: list[OutputItem]
 
 
-class AgentRef(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: Optional[str] = None
-    name: str
-
-
 class VerifyRequest(BaseModel):
     """`BaseVerifyRequest`: what every environment's request has."""
 

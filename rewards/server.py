@@ -12,7 +12,9 @@ import logging
 import os
 import sys
 
-from rewards.config import ConfigError, ServerConfig, load_config
+from common.errors import ConfigError
+from rewards.config import ServerConfig, load_config
+from rewards.environments import ENVIRONMENTS
 
 CONFIG_ENV = "REWARDS_SERVER_CONFIG_JSON"
 
@@ -23,13 +25,18 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _and(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rewards.server", description=(
         "Reward server speaking NeMo Gym's resources-server protocol (POST /verify, /seed_session, /close_session; "
-        "GET /health, /metrics) for the terminus_judge, multichallenge and verifif environments. Without --config "
+        f"GET /health, /metrics) for the {_and(ENVIRONMENTS)} environments. Without --config "
         "it serves every environment, routed by agent_ref.name, with terminus_judge in string-only mode."))
     p.add_argument("--config", help="YAML config (configs/rewards/*.yaml); flags below override it")
-    p.add_argument("--environment", choices=["terminus_judge", "multichallenge", "verifif"],
+    p.add_argument("--environment", choices=list(ENVIRONMENTS),
                    help="serve only this environment (rows need no agent_ref)")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
@@ -60,14 +67,15 @@ def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
     config = load_config(args.config, overrides)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
-    needs_judge = [name for name in config.environments()
-                   if name != "terminus_judge" or config.terminus_judge.enable_llm_judge]
     if config.judge.base_url is None:
-        if config.environment is not None and needs_judge:
+        served = {name: config.environment_config(name) for name in config.environments()}
+        if config.environment is not None and served[config.environment].needs_judge:
             raise ConfigError(f"{config.environment} needs an LLM judge: pass --judge_base_url URL "
                               "(an OpenAI-compatible server, ending in /v1) or set judge.base_url in the config")
-        if config.terminus_judge.enable_llm_judge:
-            raise ConfigError("terminus_judge.enable_llm_judge is on but no judge is set: pass --judge_base_url URL")
+        for name, env_config in served.items():  # a judge switched on in the config must have a judge
+            if env_config.judge_switch is not None and env_config.needs_judge:
+                raise ConfigError(f"{name}.{env_config.judge_switch} is on but no judge is set: "
+                                  "pass --judge_base_url URL")
     return config, args.workers
 
 
@@ -91,9 +99,10 @@ def main(argv: list[str] | None = None) -> None:
     served = ", ".join(config.environments())
     log.info("serving %s on http://%s:%d (judge: %s; auth: %s)", served, config.host, config.port,
              config.judge.base_url or "none", "bearer token" if config.auth_token else "none")
-    if config.judge.base_url is None and any(n != "terminus_judge" for n in config.environments()):
-        log.warning("no judge configured: multichallenge and verifif rows that need one come back masked "
-                    "(failure_kind judge_failed); pass --judge_base_url to score them")
+    unjudged = [name for name in config.environments() if config.environment_config(name).needs_judge]
+    if config.judge.base_url is None and unjudged:
+        log.warning("no judge configured: %s rows that need one come back masked "
+                    "(failure_kind judge_failed); pass --judge_base_url to score them", _and(unjudged))
     common = dict(host=config.host, port=config.port, log_level=config.log_level, access_log=False,
                   timeout_keep_alive=30)
     if workers > 1:

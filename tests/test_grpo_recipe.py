@@ -7,7 +7,8 @@ import sys
 
 import httpx
 import pytest
-from conftest import ACCELERATE, REPO, FlakyServer, run
+from conftest import ACCELERATE, REPO, run
+from servers import FakeJudge, FlakyServer, ServerThread
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +95,7 @@ def test_masked_and_failed_samples_are_excluded_and_counted(tmp_path):
 
 
 def test_run_stops_after_consecutive_failures_naming_the_url(tmp_path):
-    from trainers.local_reward_server import free_port
+    from common.net import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     result = run([sys.executable, "recipes/grpo.py", "--output_dir", str(tmp_path / "out"), "--reward_url", dead,
@@ -106,22 +107,22 @@ def test_run_stops_after_consecutive_failures_naming_the_url(tmp_path):
 
 def test_multichallenge_and_verifif_rows_scored_through_a_judge(tmp_path):
     """Both NeMo Gym multi-turn formats through the same loaders, judged by an OpenAI-compatible fake judge."""
-    judge = FlakyServer(["judge_yes"])
-    process, url = start_reward_server("--judge_base_url", f"{judge.url}/v1", "--judge_model", "fake-judge")
-    try:
-        out = tmp_path / "out"
-        result = run(grpo_command("--output_dir", str(out), "--reward_url", url, "--datasets",
-                                  "data/grpo/multichallenge.jsonl,data/grpo/verifif.jsonl", "--max_prompt_length",
-                                  "4096", *FAST))
-        assert_ok(result)
-        summary = json.loads((out / "run_summary.json").read_text())
-        environments = {k for source in summary["sources"] for k in source["environments"]}
-        assert environments == {"multichallenge_simple_agent", "turing_vif_simple_agent"}
-        assert summary["verify_requests"] == {"ok": 8}
-        assert judge.requests >= 8  # one judge call per rubric or llm_judge item
-        judged = judge.bodies[0]
-        assert judged["model"] == "fake-judge" and judged["messages"][-1]["role"] == "user"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        judge.stop()
+    judge = FakeJudge(default="The criterion is met.\n[[YES]]")
+    with ServerThread(judge.app) as judge_url:
+        process, url = start_reward_server("--judge_base_url", f"{judge_url}/v1", "--judge_model", "fake-judge")
+        try:
+            out = tmp_path / "out"
+            result = run(grpo_command("--output_dir", str(out), "--reward_url", url, "--datasets",
+                                      "data/grpo/multichallenge.jsonl,data/grpo/verifif.jsonl", "--max_prompt_length",
+                                      "4096", *FAST))
+            assert_ok(result)
+            summary = json.loads((out / "run_summary.json").read_text())
+            environments = {k for source in summary["sources"] for k in source["environments"]}
+            assert environments == {"multichallenge_simple_agent", "turing_vif_simple_agent"}
+            assert summary["verify_requests"] == {"ok": 8}
+            assert len(judge.requests) >= 8  # one judge call per rubric or llm_judge item
+            judged = judge.requests[0]
+            assert judged["model"] == "fake-judge" and judged["messages"][-1]["role"] == "user"
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

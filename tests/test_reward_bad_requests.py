@@ -13,11 +13,12 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servers import ServerThread
 
+from common.net import free_port
 from rewards.app import create_app
 from rewards.config import load_config
 from rewards.protocol import make_response
-from rewards.testing import ServerThread, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import FlakyServer
+from servers import FlakyServer
 
 from trainers.reward_client import (RewardClient, RewardClientConfig, RewardServerUnavailable,
                                     make_reward_function)

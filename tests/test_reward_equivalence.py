@@ -1,7 +1,8 @@
-"""Rewards equal NeMo Gym's (reference/nemo_gym.md §1.4 terminus_judge, §2.1 multichallenge, §2.2 verifif).
+"""Rewards equal NeMo Gym's: `resources_servers/terminus_judge`, `multichallenge` and `verifif` in
+https://github.com/NVIDIA-NeMo/Gym, and its example rows (vendored in tests/fixtures/nemo_gym/).
 
-Every expected value here is worked out by hand from the reference text (similarity ratios as 2*M/T with M the
-matched characters), never by calling the server's own functions. Real servers on loopback: the reward app under
+Every expected value here is worked out by hand from NeMo Gym's scoring rules (similarity ratios as 2*M/T with M
+the matched characters), never by calling the server's own functions. Real servers on loopback: the reward app under
 uvicorn in a thread, and a scripted OpenAI-compatible fake judge.
 """
 
@@ -12,15 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from servers import FakeJudge, Reply, ServerThread
 
 from rewards.app import create_app
 from rewards.config import load_config
 from rewards.protocol import make_response
-from rewards.testing import FakeJudge, Reply, ServerThread
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "examples"
-if not EXAMPLES.is_dir():  # the checkout may sit elsewhere; the reference lives in /work/shared
-    EXAMPLES = Path("/work/shared/reference/examples")
+EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "nemo_gym"  # NeMo Gym's rows; see its README.md
 
 
 # ---- loopback servers -----------------------------------------------------------------------------------------
@@ -265,7 +264,7 @@ def test_task_complete_terminus_1(serve):
     ("python reproduce_issue.py\n", "python3 reproduce_issue.py\n", 52 / 53),
     ("ls -la\n", "ls -la /testbed\n", 14 / 23),
 ])
-def test_similarity_examples_from_the_reference(serve, gold, pred, ratio):
+def test_similarity_examples(serve, gold, pred, ratio):
     out = verify(serve(STRING_ONLY), pivot_row(t2(gold)), response_of(json.dumps(t2(pred))))
     assert out["similarity_score"] == pytest.approx(ratio, abs=1e-12)
     assert round(out["similarity_score"], 3) in (0.857, 0.981, 0.609)
@@ -620,6 +619,15 @@ def test_verifif_example_row_llm_judge_part(serve, fresh):
     assert request["messages"][1] == {"role": "user", "content": "Evaluate the response."}
     assert request["messages"][0]["content"].startswith("\nYou are an impartial LLM-Judge.")
     assert "QUESTION TO EVALUATE AGAINST:\n" + row["llm_judge"][0]["content"] in request["messages"][0]["content"]
+    # NeMo Gym's LLM_JUDGE_QUESTION_PROMPT, word for word (with its leading and trailing newline)
+    question_prompt = ("\nYou are an impartial LLM-Judge. Evaluate the model response based strictly on the specific "
+                       "question provided below.\n\nQUESTION TO EVALUATE AGAINST:\n{question}\n\nMODEL RESPONSE TO "
+                       "EVALUATE:\n{model_response}\n\nDoes the model's response satisfy the criterion described in "
+                       "the evaluation question?\nAnalyze carefully, then respond with exactly [[YES]] or [[NO]] on "
+                       "the last line.\n")
+    system_prompts = {r["messages"][0]["content"] for r in fresh.requests}
+    assert system_prompts == {question_prompt.format(question=i["content"], model_response="Début du brouillon "
+                                                     "communautaire ...") for i in row["llm_judge"]}
     assert (request["temperature"], request["top_p"], request["max_tokens"]) == (0.7, 0.8, 10000)
     # echo: the model's fields with defaults, not the row's other keys
     assert out["llm_judge"][0]["pass_criteria"] == "YES" and out["language"] == "fre" and out["prompt"] is None

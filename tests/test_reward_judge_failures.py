@@ -9,11 +9,12 @@ import time
 
 import httpx
 import pytest
+from servers import FakeJudge, Reply, ServerThread
 
+from common.net import free_port
 from rewards.app import create_app
 from rewards.config import load_config
 from rewards.protocol import make_response
-from rewards.testing import FakeJudge, Reply, ServerThread, free_port
 
 
 @pytest.fixture(scope="module")

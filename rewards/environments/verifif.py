@@ -1,6 +1,6 @@
-"""NeMo Gym's `verifif` (formerly `turing_vif`): `llm_judge` YES/NO items and `instructions` (reference §2.2).
+"""NeMo Gym's `verifif` (formerly `turing_vif`): `llm_judge` YES/NO items and `instructions`.
 
-Implemented exactly:
+As `resources_servers/verifif/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym). Implemented exactly:
 - the request model (`llm_judge` items need `uid`, `content`, `source` in {user, system} and a boolean
   `is_misalignment_check`, else 422; `pass_criteria` YES|NO, default YES; unknown row keys are dropped);
 - the schema check NeMo Gym runs first (objects, `instruction_id` present, `uid` present and unique across both
@@ -15,9 +15,13 @@ Implemented exactly:
 
 Not implemented: the ~50 rule-based validators per language (`startend:start_checker`, `keywords:frequency`, ...),
 the 28 LLM-judged instruction ids (`stylistic:*`, `linguistic:*`, `situation:*`) and NeMo Gym's table of each id's
-required arguments; reference/nemo_gym.md does not describe them exactly. A row with `instructions` is therefore
-never scored: it comes back masked, with `failure_kind: "unsupported_instruction"`, the ids in `unsupported`, and
-each instruction `Skipped` in `validation_results` (no judge call is made for it).
+required arguments. A row with `instructions` is therefore never scored: it comes back masked, with
+`failure_kind: "unsupported_instruction"`, the ids in `unsupported`, and each instruction `Skipped` in
+`validation_results` (no judge call is made for it).
+
+Config (`verifif: {...}`): NeMo Gym's `TuringVIFResourcesServerConfig`; the default judge prompt is
+`verifif_prompt.txt` beside this module (NeMo Gym's `LLM_JUDGE_QUESTION_PROMPT`, with its leading and trailing
+newline).
 """
 
 from __future__ import annotations
@@ -28,10 +32,26 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from rewards.environment import Environment, base_fields
+from rewards.environments.base import Environment, EnvironmentConfig, base_fields, read_prompt
+from rewards.environments.multichallenge import aggregate as multichallenge_aggregate
 from rewards.judge import JudgeError
-from rewards.multichallenge import aggregate as multichallenge_aggregate
 from rewards.protocol import VerifyRequest, last_assistant_text, strip_thinking
+
+
+class VerifIFConfig(EnvironmentConfig):
+    """NeMo Gym's `TuringVIFResourcesServerConfig` (sampling: judge_temperature/top_p/max_tokens)."""
+
+    aggregation_mode: Literal["all", "any", "mean", "min", "max"] = "all"
+    judge_temperature: float = 0.7
+    judge_top_p: float = 0.8
+    judge_max_tokens: int = 10_000
+    judge_max_system_chars: Optional[int] = 200_000
+    judge_max_user_chars: Optional[int] = 100_000
+    judge_max_output_chars: Optional[int] = 50_000
+    judge_question_prompt: str = read_prompt("verifif_prompt.txt")
+
+    def prompt_templates(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        return [("verifif.judge_question_prompt", self.judge_question_prompt, ("question", "model_response"))]
 
 
 class LLMJudgeItem(BaseModel):
@@ -119,6 +139,8 @@ def aggregate(mode: str, scores: list[float]) -> float:
 class VerifIF(Environment):
     name = "verifif"
     request_model = VerifIFRequest
+    config_model = VerifIFConfig
+    agent_refs = ("verifif_simple_agent", "turing_vif_simple_agent")
 
     async def verify(self, request: VerifIFRequest, raw: dict) -> dict:
         text = strip_thinking(last_assistant_text(request.response) or "")

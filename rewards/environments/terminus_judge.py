@@ -1,6 +1,7 @@
 """NeMo Gym's `terminus_judge`: is the policy's next Terminus action the teacher's (`expected_answer`)?
 
-The checks, in NeMo Gym's order (reference/nemo_gym.md §1.4); the first that fails ends the verify with reward 0:
+As `resources_servers/terminus_judge/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym). The checks, in its
+order; the first that fails ends the verify with reward 0:
  1. `expected_answer` (or `metadata.expected_answer`) missing or empty        -> expected_answer_invalid
  2. the text of ALL assistant messages, joined by "\\n", stripped, is empty  -> model_output_invalid
  3. think stripping: the text after the last `</think>`, stripped
@@ -18,6 +19,10 @@ The checks, in NeMo Gym's order (reference/nemo_gym.md §1.4); the first that fa
     judge_parsing_failed (judge_swap_parsing_failed for the swapped call)
 12. neither similarity nor judge enabled: passing 1-9 gives 1.0.
 A judge call that fails is `judge_failed` (masked), not a score.
+
+Config (`terminus_judge: {...}`): NeMo Gym's `TerminusJudgeResourcesServerConfig`, except that the default is its
+`terminus_judge_string_only.yaml` (string similarity >= 0.9, no judge: how NVIDIA scores the pivot set). The judge
+prompt is `terminus_judge_prompt.txt` beside this module.
 """
 
 from __future__ import annotations
@@ -25,22 +30,59 @@ from __future__ import annotations
 import json
 import logging
 from difflib import SequenceMatcher
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from jsonschema.exceptions import best_match
 from openapi_schema_validator import OAS31Validator
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
-from rewards.environment import Environment, base_fields
+from rewards.environments.base import HERE, Environment, EnvironmentConfig, base_fields
+from rewards.environments.terminus_schemas import SCHEMAS
 from rewards.judge import JudgeError
 from rewards.protocol import VerifyRequest, all_assistant_text, dump_create_params
-from rewards.terminus_schemas import SCHEMAS
 
 logger = logging.getLogger(__name__)
 
 for _schema in SCHEMAS.values():
     OAS31Validator.check_schema(_schema)
 VALIDATORS = {harness: OAS31Validator(schema) for harness, schema in SCHEMAS.items()}
+REPO = HERE.parents[1]
+
+
+class TerminusJudgeConfig(EnvironmentConfig):
+    """NeMo Gym's `TerminusJudgeResourcesServerConfig` knobs (judge server and sampling in `judge_params`)."""
+
+    judge_switch = "enable_llm_judge"
+
+    enable_string_similarity: bool = True
+    string_similarity_threshold: float = 0.9
+    enable_llm_judge: bool = False
+    check_twice_swap: bool = False
+    reward_if_swap_fails: float = 0.0
+    judge_system_message: Optional[str] = None
+    judge_prompt_template: Optional[str] = None  # inline; wins over the file
+    judge_prompt_template_fpath: str = str(HERE / "terminus_judge_prompt.txt")
+    judge_equal_label: str = "[[A=B]]"
+    judge_not_equal_label: str = "[[A!=B]]"
+    judge_params: dict[str, Any] = Field(default_factory=dict)  # chat-completions sampling keys (max_tokens, ...)
+
+    def prompt_template(self) -> str:
+        if self.judge_prompt_template is not None:
+            return self.judge_prompt_template.strip()
+        path = Path(self.judge_prompt_template_fpath)
+        if not path.is_absolute() and not path.exists():  # relative to the repo, wherever the server runs
+            path = REPO / path
+        return path.read_text().strip()
+
+    def prompt_templates(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        if not self.enable_llm_judge:
+            return []
+        try:
+            template = self.prompt_template()
+        except OSError as err:
+            raise ValueError(f"terminus_judge.judge_prompt_template_fpath: {err}") from None
+        return [("terminus_judge judge prompt", template, ("expected_answer", "generated_answer"))]
 
 
 class TerminusJudgeRequest(VerifyRequest):
@@ -109,6 +151,8 @@ def expected_answer_of(request: TerminusJudgeRequest) -> Optional[str]:
 class TerminusJudge(Environment):
     name = "terminus_judge"
     request_model = TerminusJudgeRequest
+    config_model = TerminusJudgeConfig
+    agent_refs = ("terminus_judge_simple_agent", "terminus_judge_string_only_simple_agent")
 
     def __init__(self, config, judge):
         super().__init__(config, judge)

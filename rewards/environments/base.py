@@ -1,20 +1,58 @@
-"""What every environment shares: the request echo, request errors, and NeMo Gym's `judge_failsafe` row."""
+"""What every environment shares: its config base, its prompt files, the request echo, and NeMo Gym's
+`judge_failsafe` row.
+
+An environment is one module in this package holding
+- an `EnvironmentConfig` subclass: its knobs, the `NAME: {...}` block of a server config (configs/rewards/*.yaml);
+- an `Environment` subclass naming its `name` (the config key, `--environment` value and metrics label), its
+  `request_model`, its `config_model` and its `agent_refs` (the `agent_ref.name` values routed to it);
+- its judge prompt, if it has one, in `<module>_prompt.txt` beside it (read with `read_prompt`);
+and one line in the registry (`rewards/environments/__init__.py`), from which the server config, the command line
+and the app's routing are derived.
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from rewards.judge import Judge, JudgeError
 from rewards.protocol import VerifyRequest, dump_create_params
 
+HERE = Path(__file__).resolve().parent
 
-class RequestError(ValueError):
-    """A request an environment cannot score because of its content (answered 422, naming the field)."""
+
+def read_prompt(filename: str) -> str:
+    """A prompt file of this folder, exactly as written less the one newline that ends the file (so a prompt that
+    itself begins or ends with a newline, as verifif's does, keeps it)."""
+    text = (HERE / filename).read_text(encoding="utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
+class EnvironmentConfig(BaseModel):
+    """An environment's `NAME: {...}` config block (unknown keys are refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # the boolean field that turns the LLM judge on; None: the environment always calls a judge
+    judge_switch: ClassVar[Optional[str]] = None
+
+    @property
+    def needs_judge(self) -> bool:
+        return True if self.judge_switch is None else bool(getattr(self, self.judge_switch))
+
+    def prompt_templates(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """(where, template, placeholders) for each `str.format` prompt this config will fill; the server config
+        checks them at load (raise ValueError naming the key when one cannot be read)."""
+        return []
 
 
 class Environment:
     name: ClassVar[str]
     request_model: ClassVar[type[VerifyRequest]]
+    config_model: ClassVar[type[EnvironmentConfig]]
+    agent_refs: ClassVar[tuple[str, ...]] = ()  # NeMo Gym's agent names routed here (besides `name` itself)
 
     def __init__(self, config: Any, judge: Judge):
         self.config = config

@@ -1,4 +1,6 @@
-"""NeMo Gym's `multichallenge`: a YES/NO judge call per rubric item, aggregated (reference/nemo_gym.md §2.1).
+"""NeMo Gym's `multichallenge`: a YES/NO judge call per rubric item, aggregated.
+
+As `resources_servers/multichallenge/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym):
 
 - The response is the last assistant message's text, think blocks removed.
 - `rubric` falls back to `metadata.rubric`; `context` to `metadata.messages` rendered as `[ROLE]: content`
@@ -8,17 +10,38 @@
   default). Score 1 when the verdict equals `pass_criteria` ("NO" inverts; any other value counts YES as pass).
 - Aggregation: mean (default), min, max, all (every score >= 0.99), any, weighted (sum s*w / sum w). An empty
   rubric gives 0.0. One failed judge call masks the whole sample (`judge_failed`).
+
+Config (`multichallenge: {...}`): NeMo Gym's `MultiChallengeConfig` class defaults; the default judge prompt is
+`multichallenge_prompt.txt` beside this module (NeMo Gym's class-default template, word for word).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rewards.environment import Environment, RequestError, base_fields
+from common.errors import RequestError
+from rewards.environments.base import Environment, EnvironmentConfig, base_fields, read_prompt
 from rewards.protocol import VerifyRequest, last_assistant_text, strip_thinking
+
+
+class MultiChallengeConfig(EnvironmentConfig):
+    """NeMo Gym's `MultiChallengeConfig` (class defaults)."""
+
+    aggregation_mode: Literal["mean", "min", "max", "all", "any", "weighted"] = "mean"
+    parallel_evaluation: bool = True
+    judge_prompt_template: str = read_prompt("multichallenge_prompt.txt")
+    judge_system_message: Optional[str] = (
+        "You are a precise evaluator. Assess responses objectively based on the given criteria.")
+    yes_label: str = "[[YES]]"
+    no_label: str = "[[NO]]"
+    judge_params: dict[str, Any] = Field(default_factory=dict)
+
+    def prompt_templates(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        return [("multichallenge.judge_prompt_template", self.judge_prompt_template,
+                 ("context", "response", "question", "pass_criteria"))]
 
 
 class RubricItem(BaseModel):
@@ -89,17 +112,20 @@ def aggregate(mode: str, scores: list[float], weights: list[float]) -> float:
 def _fallback(metadata: dict, key: str, model: type[BaseModel]) -> list:
     value = metadata[key]
     if not isinstance(value, list):
-        raise RequestError(f"metadata.{key}: must be a list of objects")
+        raise RequestError(f"metadata.{key}: must be a list of objects", status=422, param=f"metadata.{key}")
     try:
         return [model.model_validate(item) for item in value]
     except ValidationError as err:
         first = err.errors()[0]
-        raise RequestError(f"metadata.{key}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise RequestError(f"metadata.{key}: {'.'.join(map(str, first['loc']))}: {first['msg']}", status=422,
+                           param=f"metadata.{key}") from None
 
 
 class MultiChallenge(Environment):
     name = "multichallenge"
     request_model = MultiChallengeRequest
+    config_model = MultiChallengeConfig
+    agent_refs = ("multichallenge_simple_agent",)
 
     async def verify(self, request: MultiChallengeRequest, raw: dict) -> dict:
         cfg = self.config
@@ -145,4 +171,3 @@ class MultiChallenge(Environment):
         return {"question": item.question, "pass_criteria": item.pass_criteria, "judge_prompt": prompt,
                 "judge_response": judge_text, "verdict": verdict, "score": score(verdict, item.pass_criteria),
                 "weight": item.weight}
-
