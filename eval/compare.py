@@ -4,23 +4,26 @@
 
 Each DIR is a run output dir (its checkpoint-*/eval_results*.json, and its own eval_results*.json for the
 final model) or a checkpoint dir (its eval_results*.json). An eval_results file is the one `eval.run`
-writes (DESIGN.md §6): {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks",
-"harbor_job_dir"}. The table has a row per run/checkpoint/step and, for each suite, its metrics; the plot
-shows score against step, one line per run and suite (mean_reward with the leaderboard stderr, plus
-MT@k and case_score for multi-step suites). `--json` prints the rows instead of the table.
-Exit status 2, with one line on stderr, when a DIR is missing or holds no eval results.
+writes (eval/results.py): {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks",
+"harbor_job_dir", ...}. A result's step is its own "global_step", else its checkpoint's
+(`common.checkpoints.global_step`: trainer_state.json, then the checkpoint-N name). The table has a row per
+run/checkpoint/step and, for each suite, its metrics; the plot shows score against step, one line per run and
+suite (mean_reward with the leaderboard stderr, plus MT@k and case_score for multi-step suites). `--json`
+prints the rows instead of the table. Exit status 2, with one line on stderr, when a DIR is missing or holds
+no eval results.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-RESULTS_GLOB = "eval_results*.json"
-_CKPT = re.compile(r"checkpoint-(\d+)$")
+from common.checkpoints import checkpoints, global_step, step_from_name
+from eval.results import RESULTS_FILE, RESULTS_GLOB
+
+RESULTS_STEM = Path(RESULTS_FILE).stem  # eval_results: a suite's file is eval_results_<suite>.json
 
 
 class CompareError(ValueError):
@@ -28,16 +31,9 @@ class CompareError(ValueError):
 
 
 def _step_of(ckpt_dir: Path, data: dict) -> int | None:
+    """The results file's own global_step when it has one, else the checkpoint's."""
     step = data.get("global_step")
-    if isinstance(step, int):
-        return step
-    match = _CKPT.search(ckpt_dir.name)
-    if match:
-        return int(match.group(1))
-    try:
-        return int(json.loads((ckpt_dir / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else global_step(ckpt_dir)
 
 
 def _load(path: Path) -> dict:
@@ -50,11 +46,6 @@ def _load(path: Path) -> dict:
     return data
 
 
-def _checkpoint_dirs(run_dir: Path) -> list[Path]:
-    ckpts = [p for p in run_dir.iterdir() if p.is_dir() and _CKPT.search(p.name)]
-    return sorted(ckpts, key=lambda p: int(_CKPT.search(p.name).group(1)))
-
-
 def collect(dirs: list[str | Path]) -> list[dict]:
     """Rows {"run", "checkpoint", "step", "suite", "agent", "model", "metrics", "path"} of every result found."""
     rows: list[dict] = []
@@ -62,13 +53,13 @@ def collect(dirs: list[str | Path]) -> list[dict]:
         d = Path(raw)
         if not d.is_dir():
             raise CompareError(f"{d}: no such directory")
-        ckpts = _checkpoint_dirs(d)
+        ckpts = checkpoints(d)
         resolved = d.resolve()
         if ckpts:  # a run dir: its checkpoints, then its own results (the final model)
             run_dir = resolved
             places = ckpts + [d]
         else:  # a checkpoint dir (its run is the parent), or a run dir holding results without checkpoints
-            run_dir = resolved.parent if _CKPT.search(resolved.name) else resolved
+            run_dir = resolved.parent if step_from_name(resolved) is not None else resolved
             places = [d]
         found = 0
         for place in places:
@@ -79,7 +70,7 @@ def collect(dirs: list[str | Path]) -> list[dict]:
                     "run": run_dir.name,
                     "checkpoint": "final" if (ckpts and place == d) else place.resolve().name,
                     "step": _step_of(place, data),
-                    "suite": str(data.get("suite") or path.stem.removeprefix("eval_results").strip("_-.") or "?"),
+                    "suite": str(data.get("suite") or path.stem.removeprefix(RESULTS_STEM).strip("_-.") or "?"),
                     "agent": data.get("agent"),
                     "model": data.get("model"),
                     "metrics": data["metrics"],

@@ -7,7 +7,7 @@ A trial record is what `eval.job_dir` reads from a Harbor job directory:
                  "total_cases": int | None, "success_count": int | None, "exception": str | None}],
      "exception": str | None}
 
-`rounds` is empty for single-step trials. The keys of `compute_metrics` are those of DESIGN.md §6:
+`rounds` is empty for single-step trials. The keys of `compute_metrics` (eval_results.json's `metrics`):
 
 single-step (every suite)
   mean_reward  mean over trials of the trial reward, a missing reward counting 0
@@ -238,7 +238,7 @@ def rounds_reached(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None
 # ---------------------------------------------------------------- all together
 
 def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> dict:
-    """The metric dict of DESIGN.md §6 for one suite's trials (multi-step keys only when some trial has rounds)."""
+    """eval_results.json's `metrics` for one suite's trials (multi-step keys only when some trial has rounds)."""
     trials = list(trials)
     metrics = {
         "mean_reward": mean_reward(trials),

@@ -3,7 +3,7 @@
     python -m eval.score JOB_DIR [--json]
 
 Reads every trial dir of JOB_DIR (single-step and multi-step, missing files tolerated) and prints the
-suite metrics of DESIGN.md §6: mean_reward (missing reward = 0), pass_at_k (unbiased, k = 1 .. attempts
+suite metrics of eval/metrics.py: mean_reward (missing reward = 0), pass_at_k (unbiased, k = 1 .. attempts
 per task), stderr (the Terminal-Bench leaderboard's), n_trials, exceptions by type; for multi-step
 (EvoCode-style) tasks also mt_at_k (fail-stop, best of k), case_score (CASE_SUMMARY lines) and
 rounds_reached. `--json` prints {"job_dir", "agent", "model", "datasets", "multi_step", "metrics", "tasks"}.

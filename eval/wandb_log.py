@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from eval.run import suite_slug
+from eval.results import TASK_KEYS, suite_slug
 
 
 def eval_payload(results: dict) -> dict:
@@ -30,10 +30,10 @@ def log_results(run, results: dict) -> None:
     prefix = f"eval/{suite_slug(results['suite'])}"
     run.define_metric("train/global_step")
     run.define_metric("eval/*", step_metric="train/global_step")
-    columns = ["task", "trial", "reward", "rounds", "exception"]
-    table = wandb.Table(columns=columns, data=[[t.get("task"), t.get("trial"), t.get("reward"),
-                                                json.dumps(t.get("rounds") or []), t.get("exception")]
-                                               for t in results["tasks"]])
+    # rounds (a list) as a JSON string: a table cell holds a scalar
+    table = wandb.Table(columns=list(TASK_KEYS),
+                        data=[[json.dumps(t.get(key) or []) if key == "rounds" else t.get(key) for key in TASK_KEYS]
+                              for t in results["tasks"]])
     run.log({**eval_payload(results), f"{prefix}/tasks": table, "train/global_step": results["global_step"] or 0})
 
 

@@ -1,5 +1,7 @@
-"""Evals on every checkpoint of a real SFT run, read back from its (offline) W&B run."""
+"""Evals on every checkpoint of a real SFT run, read back from its (offline) W&B run; and the eval settings, one
+definition behind eval.run's options and the recipes' eval_* keys."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -7,8 +9,71 @@ import subprocess
 import pytest
 from conftest import REPO, chat_row, run, sft_command, write_jsonl
 
-pytestmark = pytest.mark.slow
 HELLO = "tests/fixtures/harbor_tasks/hello-world"
+# every eval key a recipe config may hold: renaming one breaks configs
+RECIPE_KEYS = {"eval_suites", "eval_mode", "eval_slurm_script", "eval_agent", "eval_attempts", "eval_concurrency",
+               "eval_env", "eval_temperature", "eval_max_tokens", "eval_context_size", "eval_max_turns", "eval_parser",
+               "eval_timeout_multiplier"}
+
+
+def test_cli_options_and_recipe_keys_come_from_eval_settings(tmp_path):
+    from trl import TrlParser
+
+    from eval.run import build_parser
+    from eval.settings import EvalSettings, cli_fields, from_args, recipe_fields
+    from trainers.eval_callback import CallbackKeys, EvalArguments
+
+    options = {action.dest: action for action in build_parser()._actions}
+    recipe = {f.name: f for f in dataclasses.fields(EvalArguments)}
+    assert set(recipe) == RECIPE_KEYS
+    assert set(recipe) - {f.name for f in dataclasses.fields(CallbackKeys)} == {f"eval_{f.name}" for f in
+                                                                                    recipe_fields()}
+    assert {f.name for f in cli_fields()} <= set(options)
+    for f in dataclasses.fields(EvalSettings):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if f.metadata.get("cli", True):  # same default, choices and help as the field
+            option = options[f.name]
+            assert option.default == (None if default is dataclasses.MISSING else default), f.name
+            assert option.required == (default is dataclasses.MISSING), f.name
+            assert option.choices == f.metadata.get("choices"), f.name
+            assert option.help.startswith(f.metadata["help"]), f.name
+        if f.metadata.get("recipe", True):
+            key = recipe[f"eval_{f.name}"]
+            assert key.default == default and key.metadata["help"].startswith(f.metadata["help"]), f.name
+    # the defaults agree: a config without eval_* settings runs what `python -m eval.run --suite S` runs
+    cli_defaults = from_args(build_parser().parse_args(["--checkpoint", "c", "--suite", "S"]))
+    assert EvalArguments(eval_suites=["S"]).settings("S") == cli_defaults
+    assert cli_defaults.concurrency == 2
+
+    # TrlParser reads the keys from YAML and the command line; the subprocess/SLURM command line gives the same
+    config = tmp_path / "eval.yaml"
+    config.write_text("eval_suites: [builtin:terminal, tests/fixtures]\neval_mode: subprocess\n"
+                      "eval_concurrency: 3\neval_max_turns: 4\neval_timeout_multiplier: 0.05\neval_parser: xml\n")
+    [args] = TrlParser([EvalArguments]).parse_args_and_config(["--config", str(config), "--eval_attempts", "5",
+                                                                "--eval_context_size", "4096"])
+    assert args.eval_suites == ["builtin:terminal", "tests/fixtures"] and args.eval_mode == "subprocess"
+    settings = args.settings("builtin:terminal")
+    assert (settings.concurrency, settings.max_turns, settings.timeout_multiplier, settings.parser,
+            settings.attempts, settings.context_size) == (3, 4, 0.05, "xml", 5, 4096)
+    parsed = build_parser().parse_args(["--checkpoint", "c", *args.cli_args("builtin:terminal")])
+    assert from_args(parsed) == settings
+
+
+def test_results_files_and_slugs():
+    from eval.results import results_file, suite_slug
+    from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+
+    assert suite_slug("builtin:terminal") == "terminal" and suite_slug("terminal-bench@2.0") == "terminal-bench_2.0"
+    assert suite_slug(HELLO) == "hello-world" and suite_slug("terminal-bench/terminal-bench-2-1") == \
+        "terminal-bench_terminal-bench-2-1"
+    assert results_file("builtin:terminal") == "eval_results.json"
+    assert results_file("builtin:evocode", several_suites=True) == "eval_results_evocode.json"
+    one = EvalOnSaveCallback(EvalArguments(eval_suites=["builtin:terminal"]))
+    two = EvalOnSaveCallback(EvalArguments(eval_suites=["builtin:terminal,builtin:evocode"]))
+    assert one._results_file("builtin:terminal") == "eval_results.json"
+    assert two._results_file("builtin:evocode") == "eval_results_evocode.json"
+    with pytest.raises(ValueError, match="eval_mode: 'sometimes' is not one of inline, subprocess, slurm"):
+        EvalArguments(eval_mode="sometimes")
 
 
 def wandb_history(wandb_dir) -> list[dict]:
@@ -30,6 +95,7 @@ def wandb_history(wandb_dir) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["inline", "subprocess"])
 def test_checkpoint_evals_land_in_the_training_run_at_their_steps(tmp_path, mode):
     corpus = write_jsonl(tmp_path / "chat.jsonl", [chat_row(i) for i in range(16)])
@@ -55,6 +121,7 @@ def test_checkpoint_evals_land_in_the_training_run_at_their_steps(tmp_path, mode
         assert len(table["data"]) == 1 and table["data"][0][2] == 1.0
 
 
+@pytest.mark.slow
 def test_a_failing_eval_never_stops_training(tmp_path):
     corpus = write_jsonl(tmp_path / "chat.jsonl", [chat_row(i) for i in range(8)])
     out = tmp_path / "out"

@@ -7,6 +7,8 @@ import sys
 import pytest
 from conftest import REPO, run
 
+from eval.results import RESULT_KEYS
+
 pytestmark = pytest.mark.slow
 HARBOR = REPO / ".venv-harbor" / "bin" / "harbor"
 
@@ -28,6 +30,7 @@ def test_oracle_scores_one_and_nop_zero(tmp_path, suite, n_tasks):
     checkpoint = tmp_path / "run" / "checkpoint-7"
     checkpoint.mkdir(parents=True)
     oracle = eval_run(checkpoint, "--suite", suite, "--agent", "oracle", "--concurrency", "2")
+    assert tuple(oracle) == RESULT_KEYS  # eval/results.py's schema, which the callback and eval.compare read
     assert oracle["global_step"] == 7 and oracle["suite"] == suite and oracle["agent"] == "oracle"
     assert oracle["metrics"]["mean_reward"] == 1.0 and oracle["metrics"]["exceptions"] == {}
     assert oracle["metrics"]["n_trials"] == n_tasks and len(oracle["tasks"]) == n_tasks

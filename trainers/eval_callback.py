@@ -18,28 +18,22 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from eval import settings as eval_settings
+from eval.results import results_file, suite_slug
+
 EVAL_MODES = ("inline", "subprocess", "slurm")
 REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
-class EvalArguments:
-    """Eval-on-save keys of the recipe configs."""
+class CallbackKeys:
+    """The keys only the callback has: which suites, how they run. The settings of each eval (`eval_agent`,
+    `eval_concurrency`, ...) are added from eval/settings.py's EvalSettings, below."""
 
     eval_suites: list[str] = field(default_factory=list, metadata={
         "help": "Suites to run on every checkpoint: builtin:terminal, builtin:evocode, a Harbor dataset name or a "
                 "task path. Empty: no evals on save."})
     eval_mode: str = field(default="inline", metadata={"help": "inline, subprocess or slurm"})
-    eval_agent: str = field(default="terminus-2", metadata={"help": "terminus-2, oracle or nop"})
-    eval_attempts: int = field(default=1, metadata={"help": "Attempts per task (pass@k, MT@k)."})
-    eval_concurrency: int = field(default=2, metadata={"help": "Trials run at once."})
-    eval_env: str = field(default="local", metadata={"help": "local (eval/sandbox.py) or a Harbor environment."})
-    eval_temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the agent."})
-    eval_max_tokens: int = field(default=512, metadata={"help": "Max tokens per model call."})
-    eval_context_size: int | None = field(default=None, metadata={"help": "Max input tokens of the agent."})
-    eval_max_turns: int | None = field(default=None, metadata={"help": "Terminus-2 episodes per trial."})
-    eval_parser: str = field(default="json", metadata={"help": "Terminus-2 response format: json or xml."})
-    eval_timeout_multiplier: float = field(default=1.0, metadata={"help": "Harbor's task timeout multiplier."})
     eval_slurm_script: str = field(default="launch/slurm/eval.sbatch", metadata={"help": "For eval_mode slurm."})
 
     def __post_init__(self):
@@ -49,26 +43,19 @@ class EvalArguments:
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f"eval_mode: {self.eval_mode!r} is not one of {', '.join(EVAL_MODES)}")
 
-    def settings(self, suite: str):
-        from eval.run import EvalSettings
-
-        return EvalSettings(suite=suite, agent=self.eval_agent, attempts=self.eval_attempts,
-                            concurrency=self.eval_concurrency, env=self.eval_env, temperature=self.eval_temperature,
-                            max_tokens=self.eval_max_tokens, context_size=self.eval_context_size,
-                            parser=self.eval_parser, max_turns=self.eval_max_turns,
-                            timeout_multiplier=self.eval_timeout_multiplier)
+    def settings(self, suite: str) -> eval_settings.EvalSettings:
+        return eval_settings.from_recipe(self, suite)
 
     def cli_args(self, suite: str) -> list[str]:
-        settings = self.settings(suite)
-        args = ["--suite", suite, "--agent", settings.agent, "--attempts", str(settings.attempts),
-                "--concurrency", str(settings.concurrency), "--env", settings.env,
-                "--temperature", str(settings.temperature), "--max_tokens", str(settings.max_tokens),
-                "--parser", settings.parser, "--timeout_multiplier", str(settings.timeout_multiplier)]
-        if settings.context_size:
-            args += ["--context_size", str(settings.context_size)]
-        if settings.max_turns:
-            args += ["--max_turns", str(settings.max_turns)]
-        return args
+        """`python -m eval.run` options for this suite with these settings (subprocess and slurm modes)."""
+        return eval_settings.to_cli_args(self.settings(suite))
+
+
+# CallbackKeys + an eval_<name> key per EvalSettings field (eval_agent, eval_attempts, eval_concurrency, eval_env,
+# eval_temperature, eval_max_tokens, eval_context_size, eval_parser, eval_max_turns, eval_timeout_multiplier).
+EvalArguments = eval_settings.recipe_arguments(
+    "EvalArguments", base=CallbackKeys, module=__name__,
+    doc="Eval-on-save keys of the recipe configs: the callback's own, then one per eval setting.")
 
 
 @dataclass
@@ -90,9 +77,7 @@ class EvalOnSaveCallback(TrainerCallback):
         self.failed: list[str] = []
 
     def _results_file(self, suite: str) -> str:
-        from eval.run import suite_slug
-
-        return "eval_results.json" if len(self.eval_args.eval_suites) == 1 else f"eval_results_{suite_slug(suite)}.json"
+        return results_file(suite, several_suites=len(self.eval_args.eval_suites) > 1)
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or not self.eval_args.eval_suites:
@@ -175,6 +160,4 @@ class EvalOnSaveCallback(TrainerCallback):
         import wandb
 
         if wandb.run is not None:
-            from eval.run import suite_slug
-
             wandb.run.log({f"eval/{suite_slug(suite)}/failed": 1, "train/global_step": step})

@@ -1,0 +1,47 @@
+"""eval_results.json, the one file an eval leaves in the checkpoint dir: its name, its keys, building it, and the
+suite's name in file names and W&B keys. eval.run writes it; the training callback, eval.wandb_log and
+eval.compare read it.
+
+    {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks": [{"task", "trial", "reward",
+     "rounds", "exception"}], "harbor_job_dir", "settings", "wall_seconds"}
+
+`metrics` is `eval.metrics.compute_metrics`'s dict (the README's "Metrics" table).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+RESULTS_FILE = "eval_results.json"
+RESULTS_GLOB = "eval_results*.json"
+RESULT_KEYS = ("checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks", "harbor_job_dir",
+               "settings", "wall_seconds")
+TASK_KEYS = ("task", "trial", "reward", "rounds", "exception")
+
+
+def suite_slug(suite: str) -> str:
+    """The suite's name in W&B keys and file names: builtin:terminal -> terminal, a local task folder -> its name,
+    terminal-bench@2.0 -> terminal-bench_2.0."""
+    name = (Path(suite).name if not suite.startswith("builtin:") and Path(suite).exists()
+            else suite.removeprefix("builtin:"))
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def results_file(suite: str, several_suites: bool = False) -> str:
+    """The results file of a suite: eval_results.json, or eval_results_<slug>.json when a checkpoint gets
+    several suites."""
+    return f"eval_results_{suite_slug(suite)}.json" if several_suites else RESULTS_FILE
+
+
+def build_results(*, checkpoint: str | Path, global_step: int | None, settings, model: str | None, metrics: dict,
+                  trials: list[dict], harbor_job_dir: str | Path, wall_seconds: float) -> dict:
+    """The eval_results dict (RESULT_KEYS, in order) of one suite on one checkpoint; `settings` an EvalSettings."""
+    return {
+        "checkpoint": str(checkpoint), "global_step": global_step, "suite": settings.suite,
+        "agent": settings.agent, "model": model, "metrics": metrics,
+        "tasks": [{key: trial.get(key) for key in TASK_KEYS} for trial in trials],
+        "harbor_job_dir": str(harbor_job_dir), "settings": asdict(settings),
+        "wall_seconds": round(wall_seconds, 1),
+    }
