@@ -154,8 +154,8 @@ def main() -> None:
     from transformers import AutoTokenizer
     from trl import SFTConfig
 
-    from trainers.corpora import Source, load_source
-    from trainers.corpus import CorpusArguments, build_sft_corpus
+    from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+    from trainers.sources import Source, load_source
     from trainers.tiny_model import resolve_model
     from trainers.token_accounting import CountingSFTTrainer
     import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")

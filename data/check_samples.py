@@ -4,7 +4,8 @@
 Checks: every line parses; tool-call arguments are JSON strings; every tool message answers an
 earlier tool_call_id; Terminus actions parse with the right keys; pivot inputs alternate roles
 and end on a user turn; expected_answer parses; Harbor ATIF files have sequential step ids and
-observation source_call_ids that name a tool call of the same step.
+observation source_call_ids that name a tool call of the same step; the OpenThoughts-Agent, ShareGPT and
+JSON-string rows keep their shapes (roles or `from` names, turn order, parsable JSON strings).
 """
 import glob
 import json
@@ -175,11 +176,79 @@ def check_harbor():
     print(f"{job}: {len(trials)} trials")
 
 
+def check_terminus_conversations():
+    path = os.path.join(ROOT, "sft", "terminus2_conversations.jsonl")
+    rows = load(path)
+    for i, r in rows:
+        w = f"{path}:{i}"
+        conv = r["conversations"]
+        for j, m in enumerate(conv):
+            if list(m) != ["content", "role"] or m["role"] != ("user" if j % 2 == 0 else "assistant"):
+                err(w, f"turn {j}: must be {{content, role}} alternating user/assistant")
+            elif m["role"] == "assistant":
+                check_action(f"{w} turn {j}", m["content"], "terminus_2")
+        if conv[-1]["role"] != "assistant":
+            err(w, "must end with an assistant turn")
+        if r["episode"] != f"episode-{len(conv) // 2 - 1}":
+            err(w, f"episode {r['episode']} does not match {len(conv) // 2} assistant turns")
+        if not r["trial_name"].startswith(r["task"] + "__"):
+            err(w, "trial_name must be <task>__<id>")
+    print(f"{path}: {len(rows)} rows from {len({r['trial_name'] for _, r in rows})} trials")
+
+
+def check_sharegpt():
+    path = os.path.join(ROOT, "sft", "sharegpt_tool_calls.jsonl")
+    rows = load(path)
+    for i, r in rows:
+        w = f"{path}:{i}"
+        conv = r["conversations"]
+        names = {t["name"] for t in json.loads(r["tools"])}
+        calls = 0
+        for j, m in enumerate(conv):
+            if m["from"] == "function_call":
+                call = json.loads(m["value"])
+                calls = 1
+                if call["name"] not in names or not isinstance(call["arguments"], dict):
+                    err(w, f"turn {j}: bad function_call {m['value'][:60]}")
+            elif m["from"] in ("observation", "tool"):
+                if not calls:
+                    err(w, f"turn {j}: {m['from']} answers no function_call")
+                calls = 0
+            elif m["from"] not in ("system", "human", "user", "gpt", "assistant"):
+                err(w, f"turn {j}: unknown from {m['from']!r}")
+        if conv[-1]["from"] not in ("gpt", "assistant"):
+            err(w, "must end with a gpt/assistant turn")
+    print(f"{path}: {len(rows)} rows, {sum('system' in r for _, r in rows)} with a system column")
+
+
+def check_swe_json_strings():
+    path = os.path.join(ROOT, "sft", "swe_json_strings.jsonl")
+    rows = load(path)
+    for i, r in rows:
+        w = f"{path}:{i}"
+        if not isinstance(r["messages"], str):
+            err(w, "messages must be a JSON string")
+            continue
+        msgs = json.loads(r["messages"])
+        tools = json.loads(r["tools"]) if isinstance(r["tools"], str) else [json.loads(t) for t in r["tools"]]
+        if {t["function"]["name"] for t in tools} != {"bash", "read_file", "write_file", "edit_file"}:
+            err(w, "tools")
+        pending = set()
+        for j, m in enumerate(msgs):
+            pending |= {tc["id"] for tc in m.get("tool_calls", [])}
+            if m["role"] == "tool" and m["tool_call_id"] not in pending:
+                err(w, f"msg {j}: tool message answers unknown id {m['tool_call_id']}")
+    print(f"{path}: {len(rows)} rows, tools as a list of JSON strings on {sum(isinstance(r['tools'], list) for _, r in rows)}")
+
+
 if __name__ == "__main__":
     check_tool_calls()
     check_terminus_chat()
     check_pivots()
     check_harbor()
+    check_terminus_conversations()
+    check_sharegpt()
+    check_swe_json_strings()
     if errors:
         print("\n".join(errors[:50]))
         print(f"{len(errors)} problems")

@@ -14,6 +14,12 @@ steps; each step has the agent's analysis/plan and one or more tool calls with t
 * Terminus pivot rows (NeMo Gym judge)    -> data/pivot/terminal_pivot.jsonl
 * Harbor job directory with ATIF files    -> data/harbor/sample-job/
 
+and three more in the shapes of public agent SFT sets (same scenarios, fewer records):
+
+* OpenThoughts-Agent / Terminus-2 rows    -> data/sft/terminus2_conversations.jsonl
+* ShareGPT tool calling (LLaMA-Factory)   -> data/sft/sharegpt_tool_calls.jsonl
+* SWE trajectories with JSON-string fields -> data/sft/swe_json_strings.jsonl
+
 All randomness comes from random.Random(seed); no clock, no uuid4.
 """
 from __future__ import annotations
@@ -168,16 +174,6 @@ def pytest_log(rng, root, files, failures, duration=None, extra_fail_text=""):
     tail = f"{nf} failed, {n - nf} passed" if nf else f"{n} passed"
     lines.append(f"{'=' * 22} {tail} in {dur}s {'=' * 22}")
     return "\n".join(lines)
-
-
-def pip_freeze(rng, extra=()):
-    pkgs = ["anyio==4.4.0", "attrs==23.2.0", "certifi==2024.7.4", "charset-normalizer==3.3.2", "click==8.1.7",
-            "idna==3.7", "iniconfig==2.0.0", "Jinja2==3.1.4", "MarkupSafe==2.1.5", "numpy==1.26.4",
-            "packaging==24.1", "pandas==2.2.2", "pluggy==1.5.0", "pydantic==2.8.2", "pydantic_core==2.20.1",
-            "pytest==8.2.2", "python-dateutil==2.9.0.post0", "pytz==2024.1", "PyYAML==6.0.1", "requests==2.32.3",
-            "six==1.16.0", "sniffio==1.3.1", "SQLAlchemy==2.0.31", "typing_extensions==4.12.2", "tzdata==2024.1",
-            "urllib3==2.2.2"] + list(extra)
-    return "\n".join(sorted(pkgs, key=str.lower))
 
 
 def big_log_lines(rng, n, fmt):
@@ -1567,12 +1563,85 @@ def write_harbor_job():
     return trial_names
 
 
+def write_terminus_conversations():
+    """OpenThoughts-Agent SFT rows (Terminus-2 trials exported by Harbor): `conversations` of {content, role}
+    plus the trial's metadata as top-level columns; two trials are also exported at an earlier episode."""
+    rows = []
+    rng = random.Random(15151)
+    model = "hosted_vllm/tr-sft-qwen3-8b-step1200"
+    run_id = det_uuid(rng)
+    day = datetime(2024, 6, 20, 8, 0, 0, tzinfo=timezone.utc)
+    for i in range(8):
+        seed = 15000 + i * 19
+        sc = build(SCENARIOS[(i * 2) % len(SCENARIOS)], seed)
+        msgs, _ = terminus_messages(sc, random.Random(seed), confirm=(i % 3 == 1))
+        trial = f"{sc.key}__{rid(rng)}"
+        ends = [len(msgs)] + ([len(msgs) - 4] if i in (0, 5) else [])
+        for end in ends:
+            conv = [{"content": m["content"], "role": m["role"]} for m in msgs[:end]]
+            day += timedelta(seconds=rng.uniform(30, 900))
+            rows.append({"conversations": conv, "agent": "terminus-2", "model": model, "model_provider": "hosted_vllm",
+                         "date": day.isoformat(), "task": sc.key,
+                         "episode": f"episode-{sum(m['role'] == 'assistant' for m in conv) - 1}",
+                         "run_id": run_id, "trial_name": trial, "result": None})
+    dump_jsonl(os.path.join(ROOT, "sft", "terminus2_conversations.jsonl"), rows)
+    return rows
+
+
+def sharegpt_record(sc, rng, style):
+    """A scenario as ShareGPT turns. style 0: LLaMA-Factory names (human, gpt, function_call, observation) and its
+    `system` and `tools` columns; style 1: user/assistant/tool names and the system prompt as the first turn."""
+    names = (["human", "gpt", "function_call", "observation"] if style == 0 else ["user", "assistant", "function_call", "tool"])
+    conv = [] if style == 0 else [{"from": "system", "value": CLAUDE_SYSTEM}]
+    rnd = sc.rounds[0]
+    conv.append({"from": names[0], "value": f"{rnd.request}\n\nWorking directory: {sc.cwd} on host {sc.host}."})
+    for st in rnd.steps:
+        for c in st.calls:
+            conv.append({"from": names[2], "value": json.dumps({"name": c.kind, "arguments": c.args}, ensure_ascii=False)})
+            out = fmt_read(c.output) if c.kind == "read_file" else c.output + (f"\n\nExit code: {c.rc}" if c.rc else "")
+            conv.append({"from": names[3], "value": out})
+    conv.append({"from": names[1], "value": rnd.summary})
+    tools = json.dumps([t["function"] for t in TOOLS], ensure_ascii=False)
+    return {"conversations": conv, "system": CLAUDE_SYSTEM, "tools": tools} if style == 0 else {"conversations": conv, "tools": tools}
+
+
+def write_sharegpt():
+    rows = []
+    for i in range(8):
+        seed = 16000 + i * 23
+        sc = build(SCENARIOS[(i * 2 + 1) % len(SCENARIOS)], seed)
+        rows.append(sharegpt_record(sc, random.Random(seed), style=0 if i % 4 else 1))
+    dump_jsonl(os.path.join(ROOT, "sft", "sharegpt_tool_calls.jsonl"), rows)
+    return rows
+
+
+def write_swe_json_strings():
+    """SWE-trajectory-set rows: `messages` as one JSON string, `tools` as a list of JSON strings (one row in three:
+    the whole list as one JSON string), and the run's ids as top-level columns."""
+    rows = []
+    rng = random.Random(17171)
+    for i in range(6):
+        seed = 17000 + i * 29
+        sc = build(SCENARIOS[(i * 3 + 2) % len(SCENARIOS)], seed)
+        rec = claude_record([sc], rng, f"tu-{sc.key}", "", "swe")
+        tools = json.dumps(TOOLS) if i % 3 == 2 else [json.dumps(t) for t in TOOLS]
+        rows.append({"instance_id": f"{sc.key}-{seed:05d}", "model": "tr-sft-qwen3-8b-step1200",
+                     "traj_id": f"{sc.key}-{seed:05d}.{hexid(rng, 8)}", "resolved": i % 5 != 4,
+                     "messages": json.dumps(rec["messages"], ensure_ascii=False), "tools": tools})
+    dump_jsonl(os.path.join(ROOT, "sft", "swe_json_strings.jsonl"), rows)
+    return rows
+
+
 def main():
     a = write_sft_tool_calls()
     b = write_terminus_chat()
     c = write_pivots()
     d = write_harbor_job()
-    print(f"agent_tool_calls: {len(a)}  terminus2_chat: {len(b)}  terminal_pivot: {len(c)}  harbor trials: {len(d)}")
+    e = write_terminus_conversations()
+    f = write_sharegpt()
+    g = write_swe_json_strings()
+    print(f"agent_tool_calls: {len(a)}  terminus2_chat: {len(b)}  terminal_pivot: {len(c)}  harbor trials: {len(d)}  "
+          f"terminus2_conversations: {len(e)}  sharegpt_tool_calls: {len(f)}  swe_json_strings: {len(g)}")
 
 
 if __name__ == "__main__":

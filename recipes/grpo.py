@@ -9,7 +9,6 @@ for the run and stopped after it. Rows the server masks or cannot score stay out
 counted; prompts longer than max_prompt_length are filtered before training and counted.
 """
 
-import json
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -19,13 +18,13 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
-from trainers.cli import exit_on_user_error, parse_config
-from trainers.corpus import CorpusArguments
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
-from trainers.grpo_data import build_grpo_prompts
+from trainers.grpo_prompts import build_grpo_prompts
 from trainers.local_reward_server import local_reward_server
+from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.reward_client import RewardArguments, RewardClient, make_reward_function
-from trainers.summary import final_loss, wandb_run_dir
+from trainers.sft_corpus import CorpusArguments
+from trainers.summary import build_grpo_summary, print_grpo_summary, write_summary
 from trainers.tiny_model import resolve_model
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "tiny.yaml"
@@ -40,7 +39,7 @@ def main():
     with state.main_process_first():
         model_path = resolve_model(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
-    train, held_out, stats, problems = build_grpo_prompts(
+    prompts = build_grpo_prompts(
         corpus_args, tokenizer, reward_args.max_prompt_length, reward_args.reward_environment,
         training_args.chat_template_kwargs)
 
@@ -52,7 +51,7 @@ def main():
                                            "attn_implementation": model_args.attn_implementation,
                                            **(training_args.model_init_kwargs or {})}
         trainer = GRPOTrainer(model=model_path, reward_funcs=[make_reward_function(client)], args=training_args,
-                              train_dataset=train, eval_dataset=held_out, processing_class=tokenizer,
+                              train_dataset=prompts.train, eval_dataset=prompts.eval, processing_class=tokenizer,
                               peft_config=get_peft_config(model_args),
                               callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
         resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
@@ -60,24 +59,11 @@ def main():
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model()
 
-    summary = {"sources": [vars(s) for s in stats], "invalid_skipped": len(problems),
-               "too_long_filtered": sum(s.too_long for s in stats), "train_prompts": len(train),
-               "eval_prompts": len(held_out) if held_out is not None else 0,
-               "verify_requests": dict(client.counts), "global_step": trainer.state.global_step,
-               "final_loss": final_loss(trainer.state.log_history), "wall_seconds": time.monotonic() - started,
-               "resumed_from": resume, "reward_urls": served if urls else [served],
-               "output_dir": training_args.output_dir, "wandb_run_dir": wandb_run_dir()}
+    summary = build_grpo_summary(trainer, prompts, client.counts, time.monotonic() - started, resume,
+                                 served if urls else [served])
     if trainer.is_world_process_zero():
-        Path(training_args.output_dir, "run_summary.json").write_text(json.dumps(summary, indent=2))
-        print("GRPO run summary")
-        for source in summary["sources"]:
-            print(f"  {source['path']}: {source['rows']} rows, {source['invalid']} invalid, {source['too_long']} "
-                  f"prompts over max_prompt_length, {source['train_prompts']} train / {source['eval_prompts']} eval; "
-                  f"environments {source['environments']}")
-        print(f"  steps {summary['global_step']}, final loss {summary['final_loss']}, wall {summary['wall_seconds']:.1f} s")
-        print(f"  /verify on this process: {summary['verify_requests']} (masked and failed samples are excluded "
-              "from the advantage)")
-        print(f"  output dir {summary['output_dir']}; W&B run dir {summary['wandb_run_dir'] or 'none'}")
+        print_grpo_summary(summary)
+        write_summary(summary)
     trainer.end()
 
 

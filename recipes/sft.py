@@ -16,10 +16,10 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
-from trainers.cli import exit_on_user_error, parse_config
-from trainers.corpus import CorpusArguments, build_sft_corpus
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
-from trainers.summary import build_summary, print_summary, write_summary
+from trainers.recipe_config import exit_on_user_error, parse_config
+from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+from trainers.summary import build_sft_summary, print_sft_summary, write_summary
 from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
 import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
@@ -50,9 +50,9 @@ def main():
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
 
-    summary = build_summary(trainer, corpus, trainer.token_counts.totals(trainer.accelerator), time.monotonic() - started, resume)
+    summary = build_sft_summary(trainer, corpus, trainer.token_counts.totals(trainer.accelerator), time.monotonic() - started, resume)
     if trainer.is_world_process_zero():
-        print_summary(summary)
+        print_sft_summary(summary)
         write_summary(summary)
     trainer.end()
 

@@ -6,7 +6,7 @@ import sys
 from conftest import chat_row, run, write_jsonl
 
 from trainers.masking import tokenize_chat, training_chat_template
-from trainers.corpora import Source, load_source
+from trainers.sources import Source, load_source
 
 CLI = [sys.executable, "-m", "trainers.data"]
 

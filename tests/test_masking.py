@@ -4,7 +4,7 @@
 import pytest
 from conftest import REPO
 
-from trainers.corpora import Source, load_source
+from trainers.sources import Source, load_source
 from trainers.masking import fit_to_length, tokenize_chat, training_chat_template
 from trainers.records import RecordError, normalize_chat
 

@@ -5,10 +5,10 @@ from collections import Counter
 import pytest
 from conftest import chat_row, write_jsonl
 
-from trainers.corpora import Source, load_source
-from trainers.corpus import CorpusArguments, build_sft_corpus
 from common.errors import CorpusError
 from trainers.mixture import mix_by_weight, split_by_group, subsample
+from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+from trainers.sources import Source, load_source
 
 
 def records(n, groups):

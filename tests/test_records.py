@@ -6,12 +6,18 @@ import json
 import pytest
 from conftest import REPO, chat_row, write_jsonl
 
-from trainers.corpora import Source, load_source
-from trainers.corpus import CorpusArguments, CorpusError, load_sources
+from common.errors import CorpusError
+from trainers.sft_corpus import CorpusArguments
+from trainers.sources import Source, load_source, load_sources, parse_sources
 
 
 def problems_of(path):
     return load_source(Source(str(path)), "metadata.source_trajectory_uid").problems
+
+
+def load_corpus_sources(args: CorpusArguments):
+    """The sources of a recipe config, loaded and refused as both recipes do."""
+    return load_sources(parse_sources(args.datasets), args.split_key, args.skip_invalid)
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -68,19 +74,19 @@ def test_gzip_and_plain_load_the_same(tmp_path):
 def test_refuses_to_start_on_bad_records_and_lists_every_one(tmp_path):
     path = write_jsonl(tmp_path / "mixed.jsonl", [chat_row(0), "{oops", chat_row(1), {"messages": []}])
     with pytest.raises(CorpusError) as err:
-        load_sources(CorpusArguments(datasets=[str(path)]))
+        load_corpus_sources(CorpusArguments(datasets=[str(path)]))
     message = str(err.value)
     assert f"{path}:2: invalid JSON" in message and f"{path}:4: messages: empty conversation" in message
     assert "skip_invalid: true" in message
-    loaded = load_sources(CorpusArguments(datasets=[str(path)], skip_invalid=True))
+    loaded = load_corpus_sources(CorpusArguments(datasets=[str(path)], skip_invalid=True))
     assert len(loaded[0].records) == 2 and len(loaded[0].problems) == 2
 
 
 def test_missing_file_and_bad_source_keys(tmp_path):
     with pytest.raises(CorpusError, match="nope.jsonl: no such file"):
-        load_sources(CorpusArguments(datasets=[str(tmp_path / "nope.jsonl")]))
+        load_corpus_sources(CorpusArguments(datasets=[str(tmp_path / "nope.jsonl")]))
     with pytest.raises(ValueError, match=r"datasets\[0\]: unknown key\(s\) \['weigth'\]"):
-        load_sources(CorpusArguments(datasets=[{"path": "data/sft/terminus2_chat.jsonl", "weigth": 2}]))
+        load_corpus_sources(CorpusArguments(datasets=[{"path": "data/sft/terminus2_chat.jsonl", "weigth": 2}]))
     with pytest.raises(ValueError, match="truncation: 'middle' is not one of"):
         CorpusArguments(truncation="middle")
 
@@ -92,7 +98,7 @@ def test_pivot_row_is_prompt_completion():
         {"role": "user", "content": "New Terminal Output:\n$ "}]},
         "expected_answer": "{\"analysis\": \"b\", \"plan\": \"\", \"commands\": [], \"task_complete\": true}",
         "metadata": {"harness": "terminus_2", "source_trajectory_uid": "t1"}}
-    from trainers.corpora import pivot_to_chat
+    from trainers.sources import pivot_to_chat
 
     record = pivot_to_chat(row)
     roles = [(m["role"], m.get("train", True)) for m in record["messages"]]

@@ -7,21 +7,36 @@
 token lengths, what `--max_length` would truncate or drop under `--truncation`, and how well BFD packing and
 plain padding would fill batches. `--strict` exits 1 when any record is invalid. `render` shows one record
 as the model sees it, each token marked trained or not; `--json` prints `{"tokens": [{"text", "trained"}]}`.
+GRPO prompt rows (format `grpo`) are validated as recipes/grpo.py reads them; `inspect` shows their prompt
+lengths (with the generation prompt) and `render` their prompt, of which nothing is trained.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
 import sys
 
-from trainers.corpora import FORMATS, Source, load_source
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.records import RecordError
+from trainers.sources import FORMATS, Source, load_source, to_record
 
 DEFAULT_MODEL = "builtin:tiny-qwen3"
+
+
+def _load(path: str, fmt: str, split_key: str):
+    """Every row of `path`, SFT records and GRPO prompts alike (the SFT corpus refuses the prompts)."""
+    return load_source(Source(path, format=fmt), split_key, functools.partial(to_record, prompts=True))
+
+
+def tokenize_prompt(tokenizer, record: dict) -> tuple[list[int], list[int]]:
+    """A GRPO prompt as the policy sees it (its chat template, with the generation prompt); nothing is trained."""
+    input_ids = tokenizer.apply_chat_template(record["prompt"], add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"]
+    return list(input_ids), [0] * len(input_ids)
 
 
 def _load_tokenizer(name: str):
@@ -64,15 +79,21 @@ def padding_efficiency(lengths: list[int], batch_size: int, seed: int = 0) -> fl
 
 
 def inspect_path(path: str, args) -> dict:
-    loaded = load_source(Source(path, format=args.format), args.split_key)
+    loaded = _load(path, args.format, args.split_key)
     report = {"path": path, "rows": loaded.n_rows, "valid": len(loaded.records), "invalid": len(loaded.problems),
               "formats": loaded.formats, "groups": len({r["group"] for r in loaded.records}),
               "missing_split_key": loaded.missing_split_key, "problems": loaded.problems}
     if args.no_tokens or not loaded.records:
         return report
     tokenizer, template = args.tokenizer
+    prompts = [record for record in loaded.records if "prompt" in record]
+    if prompts:
+        report["prompt_tokens"] = _percentiles([len(tokenize_prompt(tokenizer, record)[0]) for record in prompts])
+    records = [record for record in loaded.records if "messages" in record]
+    if not records:
+        return report
     lengths, trained, fitted_lengths, truncated, dropped = [], [], [], 0, []
-    for record in loaded.records:
+    for record in records:
         try:
             input_ids, mask = tokenize_chat(tokenizer, template, record)
         except RecordError as err:
@@ -87,6 +108,7 @@ def inspect_path(path: str, args) -> dict:
             continue
         truncated += fitted.truncated
         fitted_lengths.append(len(fitted.input_ids))
+    report["valid"] -= len(report["problems"]) - report["invalid"]  # records the template could not render
     report["invalid"] = len(report["problems"])
     report.update({
         "tokens": _percentiles(lengths), "trained_tokens": _percentiles(trained),
@@ -104,6 +126,10 @@ def print_report(report: dict) -> None:
           + (f" ({report['missing_split_key']} records without the split key)" if report["missing_split_key"] else ""))
     for problem in report["problems"]:
         print(f"  {problem}")
+    if "prompt_tokens" in report:
+        t = report["prompt_tokens"]
+        print(f"  GRPO prompt tokens (with the generation prompt): min {t['min']}  p50 {t['p50']}  mean {t['mean']}  "
+              f"p90 {t['p90']}  max {t['max']}  (compare max_prompt_length: longer prompts are filtered out)")
     if "tokens" in report:
         t, tr = report["tokens"], report["trained_tokens"]
         print(f"  tokens per record: min {t['min']}  p50 {t['p50']}  mean {t['mean']}  p90 {t['p90']}  max {t['max']}"
@@ -118,14 +144,17 @@ def print_report(report: dict) -> None:
 
 
 def render(args) -> int:
-    loaded = load_source(Source(args.path, format=args.format), "metadata.source_trajectory_uid")
+    loaded = _load(args.path, args.format, "metadata.source_trajectory_uid")
     if not 0 <= args.index < len(loaded.records):
         print(f"error: --index {args.index} is out of range: {args.path} has {len(loaded.records)} valid records "
               f"(0..{len(loaded.records) - 1})", file=sys.stderr)
         return 2
     record = loaded.records[args.index]
     tokenizer, template = args.tokenizer
-    input_ids, mask = tokenize_chat(tokenizer, template, record)
+    if "prompt" in record:
+        input_ids, mask = tokenize_prompt(tokenizer, record)
+    else:
+        input_ids, mask = tokenize_chat(tokenizer, template, record)
     tokens = [{"text": tokenizer.decode([token]), "trained": bool(bit)} for token, bit in zip(input_ids, mask)]
     if args.json:
         json.dump({"origin": record["origin"], "tokens": tokens}, sys.stdout, ensure_ascii=False)

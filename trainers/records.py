@@ -56,7 +56,8 @@ def _normalize_tool_call(call: Any, where: str) -> dict:
 
 
 def normalize_tools(tools: Any) -> list[dict] | None:
-    """The `tools` column: absent, a list of function schemas, or the same list as a JSON string."""
+    """The `tools` column: absent, a list of function schemas, the same list as a JSON string, or a list of
+    schemas each a JSON string (as some SWE trajectory sets store them)."""
     if tools is None or tools == "" or tools == []:
         return None
     if isinstance(tools, str):
@@ -64,8 +65,19 @@ def normalize_tools(tools: Any) -> list[dict] | None:
             tools = json.loads(tools)
         except json.JSONDecodeError as err:
             raise RecordError(f"tools: not valid JSON ({err.msg})") from None
+    if isinstance(tools, list):
+        parsed = []
+        for index, tool in enumerate(tools):
+            if isinstance(tool, str):
+                try:
+                    tool = json.loads(tool)
+                except json.JSONDecodeError as err:
+                    raise RecordError(f"tools[{index}]: not valid JSON ({err.msg})") from None
+            parsed.append(tool)
+        tools = parsed
     if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
-        raise RecordError("tools: must be a list of function schemas (or that list as a JSON string)")
+        raise RecordError("tools: must be a list of function schemas (or that list as a JSON string, or a list of "
+                          "JSON strings)")
     return tools or None
 
 
@@ -89,7 +101,7 @@ def normalize_chat(messages: Any, tools: Any = None) -> dict:
         if "content" not in message and not (role == "assistant" and message.get("tool_calls")):
             raise RecordError(f"{where}: {role} message has no 'content'")
         content = text_content(message.get("content"), where)
-        train = message.get("train", True)
+        train = True if message.get("train") is None else message["train"]  # null: a column other rows fill
         if not isinstance(train, bool):
             raise RecordError(f"{where}: 'train' must be true or false, got {train!r}")
         if not train and role != "assistant":

@@ -1,10 +1,12 @@
-"""The short report every SFT run ends with, printed and logged to W&B."""
+"""The short report every SFT and GRPO run ends with: printed, written to run_summary.json and the W&B run summary."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 from pathlib import Path
+
+from common.checkpoints import checkpoints
 
 
 def final_loss(log_history: list[dict]) -> float | None:
@@ -22,7 +24,7 @@ def wandb_run_dir() -> str | None:
     return wandb.run.dir if wandb.run is not None else None
 
 
-def build_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_from: str | None) -> dict:
+def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_from: str | None) -> dict:
     state = trainer.state
     output_dir = Path(trainer.args.output_dir)
     return {
@@ -43,12 +45,12 @@ def build_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_fr
         "wall_seconds": wall_seconds,
         "resumed_from": resumed_from,
         "output_dir": str(output_dir),
-        "checkpoints": sorted((p.name for p in output_dir.glob("checkpoint-*")), key=lambda name: int(name.split("-")[-1])),
+        "checkpoints": [path.name for path in checkpoints(output_dir)],
         "wandb_run_dir": wandb_run_dir(),
     }
 
 
-def print_summary(summary: dict) -> None:
+def print_sft_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -80,6 +82,39 @@ def print_summary(summary: dict) -> None:
         console.print(line, highlight=False)
 
 
+def build_grpo_summary(trainer, prompts, verify_requests: dict, wall_seconds: float, resumed_from: str | None,
+                       reward_urls: list[str]) -> dict:
+    """`prompts`: the run's `grpo_prompts.GRPOPrompts`; `verify_requests`: the reward client's counts."""
+    return {
+        "sources": [asdict(stat) for stat in prompts.stats],
+        "invalid_skipped": len(prompts.problems),
+        "invalid_records": prompts.problems,
+        "too_long_filtered": sum(stat.too_long for stat in prompts.stats),
+        "train_prompts": len(prompts.train),
+        "eval_prompts": len(prompts.eval) if prompts.eval is not None else 0,
+        "verify_requests": dict(verify_requests),
+        "global_step": trainer.state.global_step,
+        "final_loss": final_loss(trainer.state.log_history),
+        "wall_seconds": wall_seconds,
+        "resumed_from": resumed_from,
+        "reward_urls": reward_urls,
+        "output_dir": str(trainer.args.output_dir),
+        "wandb_run_dir": wandb_run_dir(),
+    }
+
+
+def print_grpo_summary(summary: dict) -> None:
+    print("GRPO run summary")
+    for source in summary["sources"]:
+        print(f"  {source['path']}: {source['rows']} rows, {source['invalid']} invalid, {source['too_long']} "
+              f"prompts over max_prompt_length, {source['train_prompts']} train / {source['eval_prompts']} eval; "
+              f"environments {source['environments']}")
+    print(f"  steps {summary['global_step']}, final loss {summary['final_loss']}, wall {summary['wall_seconds']:.1f} s")
+    print(f"  /verify on this process: {summary['verify_requests']} (masked and failed samples are excluded "
+          "from the advantage)")
+    print(f"  output dir {summary['output_dir']}; W&B run dir {summary['wandb_run_dir'] or 'none'}")
+
+
 def write_summary(summary: dict) -> None:
     """run_summary.json in the output dir, and the W&B run's summary when a run is active."""
     Path(summary["output_dir"]).mkdir(parents=True, exist_ok=True)
@@ -91,6 +126,8 @@ def write_summary(summary: dict) -> None:
     if wandb.run is not None:
         flat = {f"data/{key}": value for key, value in summary.items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        for key, counts in summary.get("verify_requests", {}).items():  # GRPO: /verify outcomes
+            flat[f"verify_requests/{key}"] = counts
         for source in summary["sources"]:
             name = Path(source["path"]).name
             flat.update({f"data/{name}/{key}": value for key, value in source.items() if isinstance(value, int)})

@@ -23,6 +23,7 @@ BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = REPO_ROOT / "data"
+CORPUS_SUFFIXES = {".jsonl", ".json", ".txt"}  # what trains the tokenizer (and names the cached build)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
                   "<tool_response>", "</tool_response>", "<think>", "</think>"]
@@ -35,11 +36,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("TERMINAL_RECIPES_CACHE", Path.home() / ".cache" / "terminal-recipes"))
 
 
-def _corpus_files() -> list[Path]:
-    return sorted(p for p in CORPUS_DIR.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".json", ".md", ".txt"})
+def tokenizer_corpus_files(corpus_dir: Path = CORPUS_DIR) -> list[Path]:
+    """The files whose strings train the tokenizer: the sample corpora under data/ (JSONL, JSON and the trials'
+    text files), not the READMEs beside them or the scripts that make and check them."""
+    return sorted(p for p in corpus_dir.rglob("*") if p.is_file() and p.suffix in CORPUS_SUFFIXES)
 
 
-def _corpus_texts():
+def _corpus_texts(corpus_dir: Path = CORPUS_DIR):
     """Every string in the bundled corpora (JSON values, not JSON syntax), so the BPE learns shell and prose."""
 
     def strings(obj):
@@ -53,7 +56,7 @@ def _corpus_texts():
             for value in obj:
                 yield from strings(value)
 
-    for path in _corpus_files():
+    for path in tokenizer_corpus_files(corpus_dir):
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".jsonl":
             for line in text.splitlines():
@@ -66,14 +69,16 @@ def _corpus_texts():
                 yield from strings(json.loads(text))
             except json.JSONDecodeError:
                 continue
-        else:
+        else:  # the trials' text files (verifier output, exceptions)
             yield text
 
 
-def _fingerprint() -> str:
+def fingerprint(corpus_dir: Path = CORPUS_DIR) -> str:
+    """Names the cached build: the model config and exactly the files that train the tokenizer, so editing a
+    README (or anything else) under data/ does not rebuild the model."""
     digest = hashlib.sha256(json.dumps([TOKENIZER_VOCAB_SIZE, MODEL_CONFIG, SPECIAL_TOKENS]).encode())
-    for path in _corpus_files():
-        digest.update(str(path.relative_to(CORPUS_DIR)).encode())
+    for path in tokenizer_corpus_files(corpus_dir):
+        digest.update(path.relative_to(corpus_dir).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -111,7 +116,7 @@ def tiny_model_path() -> Path:
     """Path of the cached tiny model, building it first if needed (safe with several processes)."""
     from filelock import FileLock
 
-    target = cache_root() / f"{TINY_NAME}-{_fingerprint()}"
+    target = cache_root() / f"{TINY_NAME}-{fingerprint()}"
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -6,15 +6,13 @@ is counted per source in `SourceStats`, which the run summary prints and logs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from trainers.corpora import LoadedSource, Source, load_source
 from common.errors import CorpusError
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.mixture import mix_by_weight, split_by_group, subsample
 from trainers.records import RecordError
-
-MAX_PROBLEMS_SHOWN = 50
+from trainers.sources import FORMATS, load_sources, parse_sources
 
 
 @dataclass
@@ -22,8 +20,8 @@ class CorpusArguments:
     """Data keys of a recipe config (YAML or --key value)."""
 
     datasets: list[str] = field(default_factory=list, metadata={"help": (
-        "Sources: a list of {path, format (auto|chat|pivot|harbor), name, split, data_files, fraction, weight, "
-        "split_key} in YAML, or paths on the command line. A path is a JSONL file (plain or .gz), a Harbor job/trial "
+        f"Sources: a list of {{path, format ({'|'.join(FORMATS)}), name, split, data_files, fraction, weight, "
+        "split_key}} in YAML, or paths on the command line. A path is a JSONL file (plain or .gz), a Harbor job/trial "
         "dir, or a Hugging Face dataset name.")})
     split_key: str = field(default="metadata.source_trajectory_uid", metadata={
         "help": "Dotted key that groups records of one trajectory or task; splits never separate a group."})
@@ -73,38 +71,6 @@ class SFTCorpus:
     problems: list[str]
     drops: list[str]
 
-    def as_dict(self) -> dict:
-        return {"sources": [asdict(s) for s in self.stats], "invalid": len(self.problems), "dropped": len(self.drops)}
-
-
-def parse_sources(args: CorpusArguments) -> list[Source]:
-    if not args.datasets:
-        raise CorpusError("datasets: no sources configured; add `datasets: [{path: data/...jsonl}]` to the config")
-    sources = [Source.from_config(entry, f"datasets[{i}]") for i, entry in enumerate(args.datasets)]
-    weighted = [source.weight is not None for source in sources]
-    if any(weighted) and not all(weighted):
-        raise CorpusError("datasets: give a weight to every source or to none (weights are shares of the mixture)")
-    return sources
-
-
-def load_sources(args: CorpusArguments) -> list[LoadedSource]:
-    """Load and validate every source; refuse bad records unless `skip_invalid`."""
-    loaded = []
-    for source in parse_sources(args):
-        try:
-            loaded.append(load_source(source, args.split_key))
-        except FileNotFoundError as err:
-            raise CorpusError(f"datasets: {err}") from None
-    problems = [problem for item in loaded for problem in item.problems]
-    if problems and not args.skip_invalid:
-        shown = "\n  ".join(problems[:MAX_PROBLEMS_SHOWN])
-        more = f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more" if len(problems) > MAX_PROBLEMS_SHOWN else ""
-        rows = sum(item.n_rows for item in loaded)
-        raise CorpusError(f"{len(problems)} invalid record(s) of {rows}; the run does not start on bad records:\n  "
-                          f"{shown}{more}\nFix them, or set `skip_invalid: true` to skip them (they are counted "
-                          "in the run summary).")
-    return loaded
-
 
 def _tokenize(records, tokenizer, template, max_length, policy, stats: SourceStats, drops: list, progress):
     rows = []
@@ -127,7 +93,7 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
     from tqdm.auto import tqdm
 
     template = training_chat_template(tokenizer)
-    loaded = load_sources(args)
+    loaded = load_sources(parse_sources(args.datasets), args.split_key, args.skip_invalid)
     stats, drops, train_parts, eval_rows = [], [], [], []
     for index, item in enumerate(loaded):
         source = item.source
