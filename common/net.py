@@ -34,7 +34,7 @@ def wait_until_healthy(url: str, process: subprocess.Popen | None, timeout: floa
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{url}/health did not answer within {timeout:.0f} s{details()}")
+            raise TimeoutError(f"{url}/health did not answer within {timeout:g} s{details()}")
         time.sleep(interval)
 
 
