@@ -36,10 +36,21 @@ def checkpoints(output_dir: str | Path) -> list[Path]:
     return sorted(found, key=step_from_name)
 
 
+def state_is_complete(checkpoint: str | Path) -> bool:
+    """Whether the checkpoint's trainer_state.json parses as a JSON object with an integer `global_step` (a file
+    cut short by a kill, a full disk or a crashed filesystem does not, and resuming from it would crash)."""
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, empty, truncated, not UTF-8
+        return False
+    step = state.get("global_step") if isinstance(state, dict) else None
+    return isinstance(step, int) and not isinstance(step, bool)
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest `checkpoint-N` whose trainer_state.json exists (the Trainer writes it last, so a run killed
-    while saving leaves a checkpoint without it, which is skipped)."""
+    """The newest `checkpoint-N` whose trainer_state.json is complete (`state_is_complete`): the Trainer writes it
+    last, so a run killed while saving leaves a checkpoint without it, or with a truncated one; both are skipped."""
     for path in reversed(checkpoints(output_dir)):
-        if (path / "trainer_state.json").is_file():
+        if state_is_complete(path):
             return str(path)
     return None

@@ -7,6 +7,7 @@ Endpoints: `POST /verify`, `POST /seed_session` and `POST /close_session` (no-op
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 
 from common.errors import RequestError
 from rewards.config import ServerConfig
+from rewards.connections import ConnectionGuard, default_max_connections
 from rewards.environments import AGENT_NAMES, ENVIRONMENTS, Environment
 from rewards.judge import Judge
 from rewards.metrics import Metrics
@@ -187,16 +189,25 @@ def create_app(config: ServerConfig) -> FastAPI:
     environments: dict[str, Environment] = {
         name: ENVIRONMENTS[name](config.environment_config(name), judge) for name in config.environments()}
     metrics = Metrics()
+    connections = ConnectionGuard(config.read_timeout, config.max_connections
+                                  or default_max_connections(config.judge.max_concurrency))
     accepted = sorted(name for name, env in AGENT_NAMES.items() if env in environments)
 
     @asynccontextmanager
     async def lifespan(_app):
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+        loop.set_exception_handler(connections.exception_handler(previous))
         yield
+        loop.set_exception_handler(previous)
+        for environment in environments.values():
+            await environment.aclose()
         await judge.aclose()
 
     app = FastAPI(title="terminal-recipes reward server (NeMo Gym /verify protocol)", lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.config, app.state.metrics, app.state.judge, app.state.environments = config, metrics, judge, environments
+    app.state.connections = connections  # read by rewards.connections.GuardedH11Protocol
 
     def route(body: dict) -> tuple[Optional[Environment], Optional[JSONOut]]:
         ref = body.get("agent_ref")
@@ -222,11 +233,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/health")
     async def health():
         return JSONOut({"status": "ok", "environments": list(environments),
-                        "judge": judge.url is not None})
+                        "judge": judge.url is not None, "verify_timeout": config.verify_timeout})
 
     @app.get("/metrics")
     async def get_metrics():
-        return JSONOut(metrics.snapshot(judge))
+        return JSONOut({**metrics.snapshot(judge), "connections": {
+            **connections.counts, "max_connections": connections.max_connections,
+            "read_timeout": connections.read_timeout}})
 
     @app.post("/seed_session")
     async def seed_session(request: Request):
@@ -256,8 +269,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         except RecursionError:
             return error(400, "the request body is nested too deeply")
         try:
-            result = await environment.verify_failsafe(parsed, body)
-            out = JSONOut(result)
+            result = await environment.verify_failsafe(parsed, body, config.verify_timeout)
+            out = JSONOut(result, headers={"x-verify-timeout": f"{config.verify_timeout:g}"})
         except RequestError as err:  # the row's content, refused by the environment (422, naming the field)
             return error(err.status, f"invalid {environment.name} row: {err.message}")
         except RecursionError:

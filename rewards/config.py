@@ -4,6 +4,9 @@
 environment: null          # null: every environment, routed by agent_ref.name; or pin one (terminus_judge, ...)
 auth_token: null           # bearer token for every endpoint but /health
 max_body_bytes: 33554432
+verify_timeout: 180         # seconds per /verify, end to end: judge slot waits, attempts, retries and backoff
+read_timeout: 30            # seconds to send a whole request (headers and body); then the connection is closed
+max_connections: null       # open connections at most (503 past it); null: the open-file limit less a reserve
 judge: {base_url: http://host:8000/v1, model: NAME, api_key: null, max_concurrency: 64, timeout: 120, retries: 3}
 terminus_judge: {...}      # one block per environment of the registry (rewards/environments/__init__.py),
 multichallenge: {...}      # keyed by its name, validated by its config class (TerminusJudgeConfig, ...)
@@ -37,6 +40,15 @@ class _ServerFields(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     auth_token: Optional[str] = None
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # one deadline per /verify (judge slot waits, attempts, retries, backoff); past it the sample is masked
+    # (judge_failed), as NeMo Gym's judge_failsafe. /health says it, and the GRPO client derives its timeout from it.
+    verify_timeout: float = Field(180.0, gt=0)
+    # seconds a client has to send a whole request (headers and body), from its connection or its previous
+    # response; past it the connection is closed (half-sent requests held file descriptors forever)
+    read_timeout: float = Field(30.0, gt=0)
+    # open connections at most; past it a connection gets 503 and is closed. None: the open-file limit less the
+    # judge's connections and a reserve (rewards/connections.py)
+    max_connections: Optional[int] = Field(None, ge=1)
     log_level: str = "info"
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
 

@@ -42,6 +42,8 @@ class Metrics:
         if result.get("mask_sample"):
             self.masked[environment] += 1
             self.failures[result.get("failure_kind") or "masked"] += 1
+            if str(result.get("failure_reason") or "").startswith("verify_timeout:"):
+                self.failures["verify_deadline"] += 1
         else:
             self.reward_sum[environment] += float(result.get("reward", 0.0))
             self.reward_count[environment] += 1

@@ -46,8 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge_max_concurrency", type=int, help="judge calls in flight at most (default 64)")
     p.add_argument("--judge_timeout", type=float, help="seconds per judge call attempt (default 120)")
     p.add_argument("--judge_retries", type=int, help="retries on connection errors, 5xx and 429 (default 3)")
+    p.add_argument("--verify_timeout", type=float, help=(
+        "seconds per /verify, end to end: judge slot waits, attempts, retries and backoff; past it the sample "
+        "is masked, failure_kind judge_failed (default 180)"))
     p.add_argument("--auth_token", help="require 'Authorization: Bearer TOKEN' (default: $REWARD_SERVER_TOKEN)")
     p.add_argument("--max_body_bytes", type=int, help="largest request body accepted (default 32 MiB)")
+    p.add_argument("--read_timeout", type=float, help=(
+        "seconds a client has to send a whole request, headers and body; then it is closed (default 30)"))
+    p.add_argument("--max_connections", type=int, help=(
+        "open connections at most, per worker; past it 503 (default: the open-file limit less a reserve)"))
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--log_level", default=None, choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -60,9 +67,10 @@ def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
         "judge.base_url": args.judge_base_url, "judge.model": args.judge_model,
         "judge.api_key": args.judge_api_key or os.environ.get("JUDGE_API_KEY"),
         "judge.max_concurrency": args.judge_max_concurrency, "judge.timeout": args.judge_timeout,
-        "judge.retries": args.judge_retries,
+        "judge.retries": args.judge_retries, "verify_timeout": args.verify_timeout,
         "auth_token": args.auth_token or os.environ.get("REWARD_SERVER_TOKEN"),
         "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
+        "read_timeout": args.read_timeout, "max_connections": args.max_connections,
     }
     config = load_config(args.config, overrides)
     if args.workers < 1:
@@ -77,6 +85,13 @@ def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
                 raise ConfigError(f"{name}.{env_config.judge_switch} is on but no judge is set: "
                                   "pass --judge_base_url URL")
     return config, args.workers
+
+
+def uvicorn_options(config: ServerConfig) -> dict:
+    """uvicorn keyword arguments for this config: the guarded h11 protocol (read deadlines, connection cap)."""
+    from rewards.connections import uvicorn_options as options
+
+    return options(config.max_connections)
 
 
 def app_from_env():
@@ -94,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     import uvicorn
 
+    from rewards.connections import raise_open_file_limit
+
+    raise_open_file_limit()  # before the app derives max_connections from it
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("rewards")
     served = ", ".join(config.environments())
@@ -104,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         log.warning("no judge configured: %s rows that need one come back masked "
                     "(failure_kind judge_failed); pass --judge_base_url to score them", _and(unjudged))
     common = dict(host=config.host, port=config.port, log_level=config.log_level, access_log=False,
-                  timeout_keep_alive=30)
+                  **uvicorn_options(config))
     if workers > 1:
         os.environ[CONFIG_ENV] = config.model_dump_json()
         uvicorn.run("rewards.server:app_from_env", factory=True, workers=workers, **common)

@@ -35,13 +35,14 @@ from common.net import free_port  # noqa: E402
 
 
 class ServerThread:
-    """Serve an ASGI app with uvicorn on a free loopback port in a daemon thread; the context gives its URL."""
+    """Serve an ASGI app with uvicorn on a free loopback port in a daemon thread; the context gives its URL.
+    `options`: more uvicorn.Config keywords (e.g. `rewards.server.uvicorn_options(config)`)."""
 
-    def __init__(self, app, port: Optional[int] = None):
+    def __init__(self, app, port: Optional[int] = None, **options):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False, lifespan="on"))
+                                                    access_log=False, lifespan="on", **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def start(self) -> str:
@@ -144,8 +145,9 @@ class FakeJudge:
 
 class FlakyServer:
     """A minimal HTTP/1.1 /verify server on a background event loop; each request takes the next scripted
-    behaviour (the last one repeats): ok, masked, drop, 503, stall, 422. With no script, the completion's text is
-    the behaviour, so concurrent requests get theirs whatever their arrival order."""
+    behaviour (the last one repeats): ok, masked, drop, 503, stall, 422, a dict (answered as JSON with HTTP 200)
+    or bytes (the raw 200 body, e.g. b'{"reward": NaN}'). With no script, the completion's text is the behaviour,
+    so concurrent requests get theirs whatever their arrival order."""
 
     def __init__(self, script, reward=1.0):
         self.script, self.reward, self.requests, self.bodies = list(script or []), reward, 0, []
@@ -160,6 +162,10 @@ class FlakyServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if not head.startswith(b"POST /verify "):  # GET /health and the like: not served here
+                    writer.write(b"HTTP/1.1 404 X\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                    await writer.drain()
+                    continue
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))
                 body = json.loads(await reader.readexactly(length))
@@ -176,13 +182,16 @@ class FlakyServer:
                     await asyncio.sleep(5)
                     writer.close()
                     return
-                status, payload = {
-                    "ok": (200, {"reward": self.reward, "failure_reason": "none", "similarity_score": 0.5}),
-                    "masked": (200, {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}),
-                    "503": (503, {"detail": "overloaded"}),
-                    "422": (422, {"detail": "response: field required"}),
-                }[behaviour]
-                data = json.dumps(payload).encode()
+                if isinstance(behaviour, bytes):
+                    status, data = 200, behaviour
+                else:
+                    status, payload = (200, behaviour) if isinstance(behaviour, dict) else {
+                        "ok": (200, {"reward": self.reward, "failure_reason": "none", "similarity_score": 0.5}),
+                        "masked": (200, {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}),
+                        "503": (503, {"detail": "overloaded"}),
+                        "422": (422, {"detail": "response: field required"}),
+                    }[behaviour]
+                    data = json.dumps(payload).encode()
                 writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
                              % (status, len(data), data))
                 await writer.drain()

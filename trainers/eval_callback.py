@@ -37,9 +37,7 @@ class CallbackKeys:
     eval_slurm_script: str = field(default="launch/slurm/eval.sbatch", metadata={"help": "For eval_mode slurm."})
 
     def __post_init__(self):
-        if isinstance(self.eval_suites, str):
-            self.eval_suites = [self.eval_suites]
-        self.eval_suites = [s for entry in self.eval_suites for s in entry.split(",") if s]
+        self.eval_suites = parse_suites(self.eval_suites)
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f"eval_mode: {self.eval_mode!r} is not one of {', '.join(EVAL_MODES)}")
 
@@ -49,6 +47,26 @@ class CallbackKeys:
     def cli_args(self, suite: str) -> list[str]:
         """`python -m eval.run` options for this suite with these settings (subprocess and slurm modes)."""
         return eval_settings.to_cli_args(self.settings(suite))
+
+
+def parse_suites(value) -> list[str]:
+    """`eval_suites` as given: a list (YAML config), a string, or the command line's words (`--eval_suites a b`);
+    each may be comma-separated, or the whole a JSON/YAML list string (`'[]'`, `'["builtin:terminal"]'`)."""
+    entries = [value] if isinstance(value, str) else list(value or [])
+    if not all(isinstance(entry, str) for entry in entries):
+        raise ValueError(f"eval_suites: expected suite names (strings), got {value!r}")
+    joined = " ".join(entries).strip()
+    if joined.startswith("[") and joined.endswith("]"):
+        import yaml
+
+        try:
+            parsed = yaml.safe_load(joined)
+        except yaml.YAMLError as err:
+            raise ValueError(f"eval_suites: {joined!r} is not a list ({str(err).splitlines()[0]})") from None
+        if not isinstance(parsed, list) or not all(isinstance(s, str) for s in parsed):
+            raise ValueError(f"eval_suites: {joined!r} must be a list of suite names (strings)")
+        entries = parsed
+    return [s.strip() for entry in entries for s in entry.split(",") if s.strip()]
 
 
 # CallbackKeys + an eval_<name> key per EvalSettings field (eval_agent, eval_attempts, eval_concurrency, eval_env,

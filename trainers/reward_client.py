@@ -5,15 +5,25 @@ For each completion it posts the dataset row plus `response` (a Responses object
 over pooled connections, with a per-request timeout and retries with exponential backoff and jitter on
 connection errors, timeouts, 429 and 5xx; requests are spread round-robin over several URLs (a retry moves to
 the next one). A sample the server masks (`mask_sample: true`, e.g. the judge failed) or that fails for good
-is returned as None, which TRL keeps out of the advantage; it is never scored 0. Both are counted and logged
+is returned as None, which TRL keeps out of the advantage; it is never scored 0. So is a reward that is not a
+finite JSON number (`NaN`, `Infinity`, `1e999`: `non_finite_reward`; `"nan"`, `true`: `bad_reward_type`), which
+would zero a whole group's advantages. All are counted and logged
 (`reward_server/...`). After `max_consecutive_failures` infrastructure failures in a row the run stops with a
 message naming the URL.
+
+The per-request timeout: the one the user sets (`reward_timeout`) wins; unset, it is the server's own budget
+(`verify_timeout`, read once per URL from its `GET /health`) plus `timeout_margin`, so the server masks a sample
+whose judge is too slow before the client gives up on it (a client timeout is a failed sample, and its retries
+re-run the judge); a server that does not say (NeMo Gym's) gets `fallback_timeout`. A set timeout shorter than
+the server's budget is warned about once (if the server calls a judge: without one, nothing is slow).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import random
 import threading
 from collections import Counter
@@ -25,6 +35,7 @@ from rewards.protocol import make_response
 from common.errors import UserError
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+logger = logging.getLogger(__name__)
 
 
 class RewardServerUnavailable(UserError):
@@ -42,7 +53,9 @@ class RewardArguments:
         "help": "configs/rewards/*.yaml for the local reward server (only without reward_url)."})
     reward_environment: str | None = field(default=None, metadata={
         "help": "agent_ref.name given to rows that have none (e.g. terminus_judge_simple_agent)."})
-    reward_timeout: float = field(default=60.0, metadata={"help": "Seconds per /verify request."})
+    reward_timeout: float | None = field(default=None, metadata={"help": (
+        "Seconds per /verify request. Unset: the server's verify_timeout (from its /health) plus 10 s, so that a "
+        "slow judge comes back masked rather than failed; 60 s for a server that does not say.")})
     reward_retries: int = field(default=4, metadata={"help": "Retries per request (exponential backoff, jitter)."})
     reward_max_consecutive_failures: int = field(default=20, metadata={
         "help": "Stop the run after this many failed requests in a row."})
@@ -59,7 +72,9 @@ class RewardArguments:
 @dataclass
 class RewardClientConfig:
     urls: list[str]
-    timeout: float = 60.0  # seconds per request
+    timeout: float | None = None  # seconds per request; None: the server's verify_timeout + timeout_margin
+    timeout_margin: float = 10.0
+    fallback_timeout: float = 60.0  # for a server whose /health says no verify_timeout
     retries: int = 4  # extra attempts after the first
     backoff: float = 0.5  # first backoff in seconds; doubles per retry, with full jitter
     max_backoff: float = 10.0
@@ -87,6 +102,9 @@ class RewardClient:
         self._lock = threading.Lock()
         self.consecutive_failures = 0
         self.counts: Counter = Counter()
+        self.budgets: dict[str, float | None] = {}  # url -> the server's verify_timeout (None: it does not say)
+        self.timeouts: dict[str, float] = {}  # url -> the per-request timeout used
+        self._probe_locks: dict[tuple[int, str], asyncio.Lock] = {}
 
     def _client(self) -> httpx.AsyncClient:
         loop = id(asyncio.get_running_loop())
@@ -94,7 +112,8 @@ class RewardClient:
             headers = {"Authorization": f"Bearer {self.config.auth_token}"} if self.config.auth_token else {}
             limits = httpx.Limits(max_connections=self.config.max_connections,
                                   max_keepalive_connections=self.config.max_connections)
-            self._clients[loop] = httpx.AsyncClient(timeout=self.config.timeout, limits=limits, headers=headers)
+            self._clients[loop] = httpx.AsyncClient(timeout=self.config.timeout or self.config.fallback_timeout,
+                                                    limits=limits, headers=headers)
         return self._clients[loop]
 
     def _pick_url(self) -> str:
@@ -102,6 +121,44 @@ class RewardClient:
             url = self.urls[self._next % len(self.urls)]
             self._next += 1
         return url
+
+    async def timeout_for(self, url: str) -> float:
+        """The per-request timeout for `url` (see the module's docstring); asks its /health once."""
+        if url not in self.budgets:
+            key = (id(asyncio.get_running_loop()), url)
+            async with self._probe_locks.setdefault(key, asyncio.Lock()):
+                if url not in self.budgets:
+                    probed = await self._probe(url)
+                    if probed is None:  # unreachable for now: ask again next time
+                        return self.config.timeout or self.config.fallback_timeout
+                    budget, judged = probed
+                    self.budgets[url] = budget
+                    set_ = self.config.timeout
+                    if set_ is not None and budget is not None and set_ < budget and judged:
+                        logger.warning("reward_timeout %g s is shorter than the verify_timeout of %s (%g s): samples "
+                                       "whose judge is slow will fail (and be retried) instead of coming back masked; "
+                                       "unset reward_timeout to follow the server", set_, url, budget)
+        if url not in self.timeouts:
+            budget = self.budgets[url]
+            self.timeouts[url] = (self.config.timeout if self.config.timeout is not None else
+                                  budget + self.config.timeout_margin if budget is not None else
+                                  self.config.fallback_timeout)
+        return self.timeouts[url]
+
+    async def _probe(self, url: str) -> tuple[float | None, bool] | None:
+        """(the server's verify_timeout, whether it calls a judge) from GET /health, (None, True) when it does not
+        say; None when the server did not answer."""
+        try:
+            reply = await self._client().get(f"{url}/health", timeout=10)
+        except httpx.HTTPError:
+            return None
+        try:
+            health = reply.json() if reply.status_code == 200 else {}
+            budget, judged = health.get("verify_timeout"), health.get("judge", True) is not False
+        except (ValueError, AttributeError):
+            return None, True
+        budget = _finite(budget)
+        return (budget if budget is not None and budget > 0 else None), judged
 
     async def verify(self, row: dict, text: str) -> VerifyOutcome:
         body = dict(row, response=make_response(text))
@@ -113,7 +170,7 @@ class RewardClient:
                 await asyncio.sleep(random.uniform(0, delay))
                 url = self._pick_url()
             try:
-                reply = await self._client().post(f"{url}/verify", json=body)
+                reply = await self._client().post(f"{url}/verify", json=body, timeout=await self.timeout_for(url))
             except httpx.HTTPError as err:  # connection refused or dropped, timeouts
                 error = f"{url}/verify: {type(err).__name__}: {err}"
                 continue
@@ -125,17 +182,24 @@ class RewardClient:
                 return self._failed("bad_request", error)
             try:
                 result = reply.json()
-                reward = float(result["reward"])
+                reward = result["reward"]
             except (ValueError, KeyError, TypeError):
                 error = f"{url}/verify: the answer has no numeric 'reward': {reply.text[:200]}"
                 return self._failed("bad_response", error)
-            self.consecutive_failures = 0
-            details = {k: float(v) for k, v in result.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "reward"}
+            details = {k: _finite(v) for k, v in result.items() if k != "reward" and _finite(v) is not None}
             if result.get("mask_sample"):
+                self.consecutive_failures = 0
                 kind = result.get("failure_kind") or "masked"
                 self.counts[f"masked/{kind}"] += 1
                 return VerifyOutcome(None, "masked", kind, details)
+            # one inf or NaN in a group poisons every advantage of the group (TRL): such a sample is failed, not
+            # scored; so is a reward that is not a JSON number ("nan", "1.0", true, null)
+            if not _is_number(reward):
+                return self._failed("bad_reward_type", f"{url}/verify: 'reward' is not a number: {reply.text[:200]}")
+            if _finite(reward) is None:
+                return self._failed("non_finite_reward", f"{url}/verify: 'reward' is not finite: {reply.text[:200]}")
+            reward = _finite(reward)
+            self.consecutive_failures = 0
             self.counts["ok"] += 1
             reason = result.get("failure_reason")  # why a scored sample got its reward, e.g. schema_check_failed
             return VerifyOutcome(reward, "ok", None if reason in (None, "", "none") else str(reason), details)
@@ -154,6 +218,21 @@ class RewardClient:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value) -> float | None:
+    """A JSON number as a finite float; None for anything else (inf, NaN, an int too large for a float)."""
+    if not _is_number(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def completion_text(completion) -> str:

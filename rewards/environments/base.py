@@ -12,6 +12,7 @@ and the app's routing are derived.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -61,6 +62,9 @@ class Environment:
     async def verify(self, request: VerifyRequest, raw: dict) -> dict:
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Release what the environment holds (thread pools); the app calls it at shutdown."""
+
     @staticmethod
     def dump(request: VerifyRequest, raw: dict, exclude: frozenset[str] = frozenset()) -> dict:
         """`body.model_dump()` as NeMo Gym writes it: `responses_create_params` with its defaults, `response` as
@@ -71,19 +75,29 @@ class Environment:
         return {"responses_create_params": dump_create_params(request.responses_create_params),
                 "response": raw["response"], **fields}
 
-    async def verify_failsafe(self, request: VerifyRequest, raw: dict) -> dict:
-        """`judge_failsafe`: a failed judge call gives the request back with reward 0.0 and the sample masked."""
+    async def verify_failsafe(self, request: VerifyRequest, raw: dict, deadline: Optional[float] = None) -> dict:
+        """`judge_failsafe`: a failed judge call gives the request back with reward 0.0 and the sample masked. So
+        does a verify past its `deadline` (seconds, end to end: judge slot waits, attempts, retries and backoff);
+        its judge calls are cancelled, and `failure_reason` names the deadline."""
         try:
-            return await self.verify(request, raw)
+            if deadline is None:
+                return await self.verify(request, raw)
+            return await asyncio.wait_for(self.verify(request, raw), deadline)
         except JudgeError as err:
-            data = self.dump(request, raw)
-            instance_config = data.get("instance_config")
-            instance_config = dict(instance_config) if isinstance(instance_config, dict) else {}
-            instance_config["mask_sample"] = True
-            data.update({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed",
-                         "failure_reason": str(err), "instance_config": instance_config,
-                         "_ng_failure_class": "judge_failed", "_ng_failure_judge_error": str(err)})
-            return data
+            return self.judge_failed(request, raw, str(err))
+        except asyncio.TimeoutError:  # (the judge's own per-attempt deadline is a JudgeError)
+            return self.judge_failed(request, raw, f"verify_timeout: no score within the server's {deadline:g} s "
+                                                   "verify_timeout (judge slot waits and retries included)")
+
+    def judge_failed(self, request: VerifyRequest, raw: dict, reason: str) -> dict:
+        data = self.dump(request, raw)
+        instance_config = data.get("instance_config")
+        instance_config = dict(instance_config) if isinstance(instance_config, dict) else {}
+        instance_config["mask_sample"] = True
+        data.update({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed",
+                     "failure_reason": reason, "instance_config": instance_config,
+                     "_ng_failure_class": "judge_failed", "_ng_failure_judge_error": reason})
+        return data
 
 
 def base_fields(reward: float, failure_reason: Any = None) -> dict:

@@ -13,7 +13,8 @@ order; the first that fails ends the verify with reward 0:
  9. the gold says the task is complete and the prediction does not          -> task_complete_check_failed
 10. string similarity (if enabled): SequenceMatcher ratio of the concatenated keystrokes >= the row's
     `threshold`, else the configured one -> reward 1.0; below it -> the judge if enabled, else
-    string_similarity_below_threshold
+    string_similarity_below_threshold. (Not in NeMo Gym: each side is cut to `max_similarity_chars` first, and
+    the response then says `similarity_truncated: true`; the ratio runs in a thread pool, off the event loop.)
 11. the LLM judge (if needed and enabled): `[[A=B]]` -> 1.0 (with `check_twice_swap`, the swapped call must say
     `[[A=B]]` too, else `reward_if_swap_fails`), `[[A!=B]]` -> judge_not_equivalent, no verdict ->
     judge_parsing_failed (judge_swap_parsing_failed for the swapped call)
@@ -23,12 +24,21 @@ A judge call that fails is `judge_failed` (masked), not a score.
 Config (`terminus_judge: {...}`): NeMo Gym's `TerminusJudgeResourcesServerConfig`, except that the default is its
 `terminus_judge_string_only.yaml` (string similarity >= 0.9, no judge: how NVIDIA scores the pivot set). The judge
 prompt is `terminus_judge_prompt.txt` beside this module.
+
+Similarity cost: difflib's ratio is pure Python and, on adversarial input, cubic in the length (one character
+repeated in the gold, the same character every 100th in the prediction: 0.09 s at 2,000 characters, 0.5 s at
+4,000, 7 s at 10,000; a 200,000-character pair never finishes). Both strings come from the client, so each side
+is cut to `max_similarity_chars` (default 3,000: ~0.2 s worst case on one core; real Terminus keystrokes are far
+shorter) and the ratio is computed in a pool of `similarity_workers` threads, so /health, /metrics and other
+rows keep being served while it runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -66,6 +76,9 @@ class TerminusJudgeConfig(EnvironmentConfig):
     judge_equal_label: str = "[[A=B]]"
     judge_not_equal_label: str = "[[A!=B]]"
     judge_params: dict[str, Any] = Field(default_factory=dict)  # chat-completions sampling keys (max_tokens, ...)
+    # ours, not NeMo Gym's: the similarity's cost bound (characters per side) and the threads that compute it
+    max_similarity_chars: int = Field(3000, ge=1)
+    similarity_workers: int = Field(2, ge=1)
 
     def prompt_template(self) -> str:
         if self.judge_prompt_template is not None:
@@ -104,13 +117,18 @@ def keystrokes(action: dict) -> list[str]:
     return [cmd.get("keystrokes", "") for cmd in action.get("commands", []) if "keystrokes" in cmd]
 
 
-def command_similarity(expected: dict, predicted: dict) -> float:
+def command_similarity(expected: dict, predicted: dict, max_chars: Optional[int] = None) -> tuple[float, bool]:
+    """NeMo Gym's ratio of the concatenated keystrokes, each side cut to `max_chars` first; and whether one was."""
     gold, pred = keystrokes(expected), keystrokes(predicted)
     if not gold and not pred:
-        return 1.0
+        return 1.0, False
     if not gold or not pred:
-        return 0.0
-    return SequenceMatcher(None, "".join(gold), "".join(pred)).ratio()
+        return 0.0, False
+    a, b = "".join(gold), "".join(pred)
+    truncated = max_chars is not None and (len(a) > max_chars or len(b) > max_chars)
+    if truncated:
+        a, b = a[:max_chars], b[:max_chars]
+    return SequenceMatcher(None, a, b).ratio(), truncated
 
 
 def task_complete_ok(predicted: dict, expected: dict) -> bool:
@@ -157,6 +175,36 @@ class TerminusJudge(Environment):
     def __init__(self, config, judge):
         super().__init__(config, judge)
         self.template = config.prompt_template() if config.enable_llm_judge else None
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._slots = asyncio.Semaphore(config.similarity_workers)  # ratios queued in the pool at most
+
+    async def _similarity(self, expected: dict, predicted: dict) -> tuple[float, bool]:
+        """`command_similarity` in the thread pool: the event loop keeps serving while it runs. A slot is held
+        until the thread is done, even when the verify is cancelled (its deadline) while the ratio runs, so no
+        more than `similarity_workers` ratios are ever queued or running."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.similarity_workers, thread_name_prefix="similarity")
+        loop = asyncio.get_running_loop()
+        await self._slots.acquire()
+        try:
+            job = self._pool.submit(command_similarity, expected, predicted, self.config.max_similarity_chars)
+        except BaseException:
+            self._slots.release()
+            raise
+
+        def release(_job) -> None:
+            try:
+                loop.call_soon_threadsafe(self._slots.release)
+            except RuntimeError:  # the loop is closed (shutdown)
+                pass
+
+        job.add_done_callback(release)
+        return await asyncio.wrap_future(job)
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     async def verify(self, request: TerminusJudgeRequest, raw: dict) -> dict:
         cfg = self.config
@@ -173,7 +221,8 @@ class TerminusJudge(Environment):
                     "task_complete_check_passed": state["task_complete_check_passed"],
                     "string_similarity_passed": state["string_similarity_passed"],
                     "judge_passed": state["judge_passed"], "judge_evaluations": state["judge_evaluations"],
-                    "metadata": request.metadata, "threshold": request.threshold}
+                    "metadata": request.metadata, "threshold": request.threshold,
+                    **({"similarity_truncated": True} if state.get("similarity_truncated") else {})}
 
         def fail(reason: str, expected: str, model_output: str) -> dict:
             state["failure_reason"] = reason
@@ -216,7 +265,9 @@ class TerminusJudge(Environment):
         try:
             need_judge = False
             if cfg.enable_string_similarity:
-                state["similarity_score"] = command_similarity(expected_dict, predicted)
+                state["similarity_score"], truncated = await self._similarity(expected_dict, predicted)
+                if truncated:
+                    state["similarity_truncated"] = True
                 threshold = request.threshold if request.threshold is not None else cfg.string_similarity_threshold
                 if state["similarity_score"] >= threshold:
                     state.update(string_similarity_passed=True, reward=1.0, failure_reason="none")
