@@ -49,7 +49,8 @@ class LocalSandboxEnvironment(BaseEnvironment):
     Environment kwargs (``--ek key=value``): ``mode`` (auto|root|userns), ``max_processes`` (512),
     ``cpu_time_sec`` (per-process CPU seconds, 3600), ``wall_sec`` (sandbox lifetime, 21600),
     ``memory_mb``/``storage_mb`` (defaults when the task sets none: 4096/10240), ``limits``
-    (strict|best-effort), ``dockerfile`` (emulate|ignore), ``hide`` (extra host paths to hide).
+    (strict|best-effort), ``dockerfile`` (emulate|ignore), ``hide`` (extra host paths to hide),
+    ``expose`` (host paths made visible read-only, e.g. ``/opt``; the sandbox sees only the system folders).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         limits: str = "strict",
         dockerfile: str = "emulate",
         hide: str | list[str] | None = None,
+        expose: str | list[str] | None = None,
         **kwargs,
     ):
         self._knobs = {
@@ -82,6 +84,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._default_storage_mb = _number("storage_mb", storage_mb, int)
         self._dockerfile_mode = str(dockerfile)
         self._extra_hide = _list(hide)
+        self._expose = _list(expose)
         self._sandbox: Sandbox | None = None
         super().__init__(environment_dir, environment_name, session_id, trial_paths, task_env_config,
                          logger=logger, **kwargs)
@@ -168,6 +171,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             dockerfile=self._dockerfile_mode,
             build_timeout_sec=int(cfg.build_timeout_sec or 600),
             hide=[str(p) for p in hide],
+            expose=self._expose,
             name=self.session_id.replace("/", "_"),
         )
         # docker_image tasks get environment/ uploaded instead (_upload_environment_dir_after_start)

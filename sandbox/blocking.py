@@ -5,7 +5,7 @@ Runs in: any Python >= 3.11, standard library only.
 Each instance runs its ``Sandbox`` on a private event loop in a daemon thread; every method blocks until
 the sandbox call is done. ``close()`` (or leaving the ``with`` block) stops the sandbox and the thread.
 If this process dies without closing, the sandbox dies too: the lifeline pipe to its PID 1 closes with
-the process (its cgroup, as root, is removed by the next sandbox started on the host after 5 minutes).
+the process (its cgroup, as root, is removed by the next sandbox started or stopped on the host).
 """
 
 from __future__ import annotations

@@ -20,17 +20,26 @@ CGROUP_BASE = "local-sandbox"  # the parent folder of every sandbox's cgroup
 class Cgroup:
     """One cgroup per sandbox: ``pids.max``, memory limit (no swap), CPU quota."""
 
+    STALE_AFTER_SEC = 10.0  # an empty per-sandbox cgroup older than this is left over (its PID 1 joins at once)
+
     def __init__(self, name: str, pids_max: int, memory_mb: int | None, cpus: float | None):
         self.dirs: list[Path] = []
         self.v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
-        try:
-            if self.v2:
-                self._make_v2(name, pids_max, memory_mb, cpus)
-            else:
-                self._make_v1(name, pids_max, memory_mb, cpus)
-        except OSError as exc:
-            self.remove()
-            raise SandboxError(f"cannot set up a cgroup for the sandbox limits: {exc}") from exc
+        for attempt in range(3):
+            try:
+                if self.v2:
+                    self._make_v2(name, pids_max, memory_mb, cpus)
+                else:
+                    self._make_v1(name, pids_max, memory_mb, cpus)
+                return
+            except FileNotFoundError as exc:  # the base folder was just swept by another sandbox's stop
+                self.remove()
+                self.dirs = []
+                if attempt == 2:
+                    raise SandboxError(f"cannot set up a cgroup for the sandbox limits: {exc}") from exc
+            except OSError as exc:
+                self.remove()
+                raise SandboxError(f"cannot set up a cgroup for the sandbox limits: {exc}") from exc
 
     @staticmethod
     def _own_path(controller: str) -> str:
@@ -82,21 +91,44 @@ class Cgroup:
                 (d / "cpu.cfs_period_us").write_text("100000")
                 (d / "cpu.cfs_quota_us").write_text(str(int(cpus * 100000)))
 
-    @staticmethod
-    def sweep_stale(max_age_sec: float = 300.0) -> None:
-        """Remove empty per-sandbox cgroups left by processes that died before ``stop``."""
+    @classmethod
+    def sweep_stale(cls, max_age_sec: float | None = None) -> None:
+        """Remove empty per-sandbox cgroups left by processes that died before ``stop`` (older than
+        ``STALE_AFTER_SEC``: a live sandbox's cgroup always holds its PID 1), then every empty base folder."""
+        max_age = cls.STALE_AFTER_SEC if max_age_sec is None else max_age_sec
         now = time.time()
-        for base in CGROUP_ROOT.glob(f"**/{CGROUP_BASE}"):
-            for d in base.iterdir():
-                try:
-                    if d.is_dir() and now - d.stat().st_mtime > max_age_sec and not (d / "cgroup.procs").read_text().strip():
+        bases = _bases()
+        by_name: dict[str, list[Path]] = {}  # one sandbox's cgroups in every v1 hierarchy
+        for base in bases:
+            try:
+                for d in base.iterdir():
+                    if d.is_dir():
+                        by_name.setdefault(d.name, []).append(d)
+            except OSError:
+                continue
+        for dirs in by_name.values():
+            # only when empty everywhere: a live sandbox's PID 1 is in its pids cgroup, while its v1
+            # memory cgroup is empty between commands
+            try:
+                stale = all(now - d.stat().st_mtime >= max_age and not (d / "cgroup.procs").read_text().strip()
+                            for d in dirs)
+            except OSError:
+                continue
+            if stale:
+                for d in dirs:
+                    try:
                         d.rmdir()
-                except OSError:
-                    pass
+                    except OSError:
+                        pass
+        for base in bases:
+            _rmdir_if_empty(base)
 
-    def join_prefix(self) -> list[str]:
-        """argv prefix that moves the command into the cgroup before exec'ing it."""
-        files = " ".join(shlex.quote(str(d / "cgroup.procs")) for d in self.dirs)
+    def join_prefix(self, for_init: bool = False) -> list[str]:
+        """argv prefix that moves the command into the cgroup before exec'ing it. ``for_init``: the
+        sandbox's PID 1 stays out of a v1 memory cgroup, so that the tasks' tmpfs pages and processes
+        filling it never get PID 1 OOM-killed (it allocates next to nothing; v2 has one cgroup for all)."""
+        dirs = [d for d in self.dirs if not (for_init and not self.v2 and "memory" in d.parts)]
+        files = " ".join(shlex.quote(str(d / "cgroup.procs")) for d in dirs)
         return ["/bin/sh", "-c", f'for f in {files}; do echo $$ > "$f" || exit 125; done; exec "$@"', "sh"]
 
     def pids(self) -> set[int]:
@@ -123,6 +155,7 @@ class Cgroup:
                     pass
 
     def remove(self) -> None:
+        """Remove this sandbox's cgroups, and their base folders when no other sandbox uses them."""
         for d in self.dirs:
             for _ in range(50):
                 try:
@@ -132,3 +165,24 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.05)
+            if d.parent.name == CGROUP_BASE:
+                _rmdir_if_empty(d.parent)
+
+
+def _bases() -> list[Path]:
+    """Every base folder of per-sandbox cgroups (v2: one; v1: one per hierarchy, under this process's own path)."""
+    out = []
+    for pattern in (CGROUP_BASE, f"*/{CGROUP_BASE}", f"**/{CGROUP_BASE}"):
+        for p in CGROUP_ROOT.glob(pattern):
+            if p.is_dir() and p not in out:
+                out.append(p)
+    return out
+
+
+def _rmdir_if_empty(base: Path) -> None:
+    """rmdir a base folder that holds no sandbox's cgroup (a cgroup with children refuses: EBUSY)."""
+    try:
+        if not any(d.is_dir() for d in base.iterdir()):
+            base.rmdir()
+    except OSError:
+        pass

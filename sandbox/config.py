@@ -29,6 +29,12 @@ class SandboxConfig:
     ``environment_dir``: the build context holding a ``Dockerfile`` whose subset is replayed at start
     when ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each). ``hide``: host
     paths covered by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
+    Of the host the sandbox sees only ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc`` (password
+    hashes and private keys removed) and the package databases of ``/var``; ``expose``: more host
+    paths (absolute), visible read-only at the same path (e.g. ``/opt``). ``max_output_bytes``: of each
+    command's stdout and stderr only this much is kept (the rest is dropped, a note appended);
+    ``max_download_bytes``: a downloaded file over it fails, files over it in a downloaded folder are
+    skipped (a warning), a folder stream over it in all fails (sparse files count their full size).
     ``env``: variables of every command, over PATH/HOME/LANG and the Dockerfile's ``ENV``; nothing of
     this process's own environment is passed in. ``name``: names the cgroup and the PID 1 process.
     """
@@ -46,15 +52,34 @@ class SandboxConfig:
     dockerfile: str = "emulate"
     build_timeout_sec: float = 600
     hide: list[str] = field(default_factory=list)
+    expose: list[str] = field(default_factory=list)
+    max_output_bytes: int = 16 * 1024 * 1024
+    max_download_bytes: int = 256 * 1024 * 1024
     env: dict[str, str] = field(default_factory=dict)
     hostname: str = "sandbox"
     name: str = field(default_factory=_new_name)
+
+    def tmpfs_sizes_mb(self, userns: bool) -> dict[str, int]:
+        """Sizes (MiB) of the sandbox's writable tmpfs mounts. The rule: tmpfs is memory, so together they
+        never exceed one budget, ``min(storage_mb, 7/8 of memory_mb)`` (in user-namespace mode nothing
+        else would count tmpfs pages against the task; in root mode the cgroup does, and the 1/8 left
+        keeps a full tmpfs from leaving no memory to run a command); of it ``/tmp`` gets 1/4,
+        ``/var/tmp`` 1/8, ``/dev/shm`` 1/8 (at most 1 GiB), ``/run`` 1/32 (at most 64 MiB), and the rest
+        holds the root (the overlays' writes and the empty folders such as ``/root``)."""
+        total = min(self.storage_mb, self.memory_mb * 7 // 8)
+        total = max(total, 8)
+        sizes = {"tmp": total // 4, "var_tmp": total // 8, "shm": min(total // 8, 1024),
+                 "run": max(1, min(total // 32, 64))}
+        sizes = {k: max(v, 1) for k, v in sizes.items()}
+        sizes["root"] = total - sum(sizes.values())
+        return sizes
 
     def __post_init__(self) -> None:
         for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
-        for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec"):
+        for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",
+                    "max_output_bytes", "max_download_bytes"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"sandbox {key} must be positive, not {getattr(self, key)!r}")
         if self.cpus is not None and not self.cpus > 0:
@@ -64,3 +89,7 @@ class SandboxConfig:
         if self.environment_dir is not None:
             self.environment_dir = Path(self.environment_dir)
         self.hide = [str(p) for p in self.hide]
+        self.expose = [str(p) for p in self.expose]
+        for p in self.expose:
+            if not p.startswith("/") or p.rstrip("/") == "":
+                raise ValueError(f"sandbox expose path {p!r} must be an absolute path other than /")

@@ -1,13 +1,14 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
 
-Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare, nsenter, prlimit,
-setpriv, and tar/bash on the host).
+Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
 ``start`` launches ``sandbox/init.py`` as the PID 1 of fresh mount, PID, network, IPC and UTS
 namespaces (and a user namespace in ``userns`` mode) inside the limits (a cgroup as root, rlimits
-otherwise), creates the workdir and replays the Dockerfile subset. ``exec`` enters those namespaces
-with ``nsenter`` and runs ``bash -c`` under ``setpriv`` (Docker's default capability set minus
-``CAP_MKNOD``) with a clean environment. A command past its ``timeout_sec``, or cancelled, has its whole
+otherwise), creates the workdir and replays the Dockerfile subset. ``exec`` (and every transfer) runs
+``sandbox/enter.py`` with the host's Python: it enters those namespaces and the sandbox's root, drops
+to Docker's default capability set minus ``CAP_MKNOD`` (bounding set too), sets no_new_privs and the
+seccomp filter, and only then executes ``/bin/bash -c`` of the sandbox with a clean environment (no
+program or library of the sandbox ever runs with the host's privileges). A command past its ``timeout_sec``, or cancelled, has its whole
 process group killed. ``stop`` kills PID 1 (the kernel then kills every process of the namespace),
 so does the closing of the lifeline pipe when this process dies, and so does the ``wall_sec`` cap.
 """
@@ -29,17 +30,18 @@ from pathlib import Path
 from sandbox import dockerfile
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
+from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
 from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
-from sandbox.transfer import extract_tar, tar_of_dir, tar_of_file
+from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
 
 INIT = Path(__file__).with_name("init.py")
-HOST_TOOLS = ("unshare", "nsenter", "prlimit", "setpriv", "tar", "bash")
+ENTER = Path(__file__).with_name("enter.py")
+HOST_TOOLS = ("unshare", "prlimit")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Docker's default capability set, minus CAP_MKNOD (there is no device cgroup here).
 CAPABILITIES = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
                 "setfcap", "net_bind_service", "net_raw", "sys_chroot", "audit_write")
-_BOUNDING = "-all," + ",".join(f"+{c}" for c in CAPABILITIES)
 _NEVER_HIDDEN = [Path(p) for p in DEFAULT_PATH.split(":")] + [Path(p) for p in ("/etc", "/lib", "/lib64",
                                                                                 "/usr", "/var", "/opt")]
 _TRANSFER_TIMEOUT_SEC = 600
@@ -52,6 +54,30 @@ class ExecResult:
     stdout: str
     stderr: str
     return_code: int
+
+
+def _truncated(total: int, cap: int) -> bytes:
+    return f"\n[local sandbox: output truncated: {total} bytes, only the first {cap} kept (max_output_bytes)]\n".encode()
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, int]:
+    """The first ``cap`` bytes of ``stream`` and its full length (the rest is read and dropped)."""
+    buf = bytearray()
+    total = 0
+    while chunk := await stream.read(1 << 16):
+        total += len(chunk)
+        if len(buf) < cap:
+            buf += chunk[: cap - len(buf)]
+    return bytes(buf), total
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of a running process (None once it is gone or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
 def missing_host_tools() -> list[str]:
@@ -72,8 +98,9 @@ class Sandbox:
         self._cgroup: Cgroup | None = None
         self._userns = False
         self._dockerfile_env: dict[str, str] = {}
-        self._uid_cache: dict[str, tuple[int, int, str]] = {}
+        self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
         self._running: set[asyncio.subprocess.Process] = set()
+        self._init_start: str | None = None
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -126,6 +153,7 @@ class Sandbox:
             self._cgroup.kill_all()
             self._cgroup.remove()
             self._cgroup = None
+            Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
         self._init_pid = None
 
     async def _launch(self) -> None:
@@ -134,9 +162,9 @@ class Sandbox:
         r, w = os.pipe()
         self._lifeline_w = w
         init_cfg = {
-            "storage_mb": cfg.storage_mb,
-            "shm_mb": min(cfg.memory_mb, 1024),
+            "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
             "hide": self._hidden_paths(),
+            "expose": cfg.expose,
             "wall_sec": cfg.wall_sec,
             "hostname": cfg.hostname,
             "lifeline_fd": r,
@@ -146,7 +174,7 @@ class Sandbox:
         if self._userns:
             argv += ["--user", "--map-root-user"]
         argv += ["--", sys.executable, "-I", str(INIT), f"sandbox_init:{cfg.name}", json.dumps(init_cfg)]
-        argv = self._limit_prefix() + argv
+        argv = self._limit_prefix(for_init=True) + argv
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -166,6 +194,7 @@ class Sandbox:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
         self._init_pid = find_child_pid(self._proc.pid)
+        self._init_start = _start_time(self._init_pid)
         self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode {'userns' if self._userns else 'root'}")
 
     async def _prepare(self) -> None:
@@ -188,8 +217,15 @@ class Sandbox:
         the command's whole process group is killed."""
         script = f"cd {shlex.quote(cwd or self.workdir)} || exit 1\n{command}"
         full_env = {**self._dockerfile_env, **self.config.env, **(env or {})}
-        inner = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
-        rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env)
+        inner, spec = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
+        rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env, user_spec=spec,
+                                       cap=self.config.max_output_bytes)
+        if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
+            # a command failure, not an infrastructure error: the task (e.g. a full tmpfs) did it
+            self.logger.warning("local sandbox: the sandbox died under a command")
+            err += (b"\nlocal sandbox: the sandbox died (its PID 1 is gone: killed, out of memory, or past "
+                    b"wall_sec); this command and every later one fail\n")
+            rc = 137
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
@@ -212,18 +248,76 @@ class Sandbox:
                             tar_of_dir(source), f"upload {source} -> {target_dir}")
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        """Copy a sandbox file to ``target_path`` on the host (parent folders created)."""
-        out = await self._checked(["/bin/cat", "--", source_path], None, f"download {source_path}")
+        """Copy a sandbox file to ``target_path`` on the host (parent folders created), streamed; a file
+        over ``max_download_bytes`` (a sparse one counts its full size) fails with ``SandboxError`` and
+        leaves no target file."""
+        cap = self.config.max_download_bytes
         target = Path(target_path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(out)
+        what = f"download {source_path}"
+        proc = await self._spawn(["/bin/cat", "--", source_path], env=None, user_spec=None, stdin=False)
+        try:
+            with open(target, "wb") as f:
+                async def copy() -> None:
+                    total = 0
+                    while chunk := await proc.stdout.read(1 << 16):
+                        total += len(chunk)
+                        if total > cap:
+                            raise SandboxError(f"local sandbox: {what} refused: larger than max_download_bytes={cap}")
+                        f.write(chunk)
+
+                _, (err, _) = await self._supervise(proc, asyncio.gather(copy(), _read_capped(proc.stderr, 1 << 16)),
+                                                    _TRANSFER_TIMEOUT_SEC)
+            if proc.returncode != 0:
+                raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
+                                   f"{err.decode(errors='replace').strip()}")
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copy the contents of a sandbox folder into ``target_dir`` on the host (devices and FIFOs skipped)."""
-        out = await self._checked(["/bin/tar", "-cf", "-", "-C", source_dir, "."], None, f"download {source_dir}")
-        extract_tar(out, Path(target_dir))
+        """Copy the contents of a sandbox folder into ``target_dir`` on the host (devices and FIFOs skipped),
+        streamed. Files over ``max_download_bytes`` (sparse ones count their full size) are skipped with a
+        warning; a stream over that cap in all fails with ``SandboxError``."""
+        cap = self.config.max_download_bytes
+        script = ('cd "$1" || exit 1\n'
+                  'find . -type f -size +"$2"c -printf "skipped %p: %s bytes, over max_download_bytes\\n" >&2\n'
+                  'find . -mindepth 1 ! \\( -type f -size +"$2"c \\) -print0 | tar --null --no-recursion -T - -cf -')
+        what = f"download {source_dir}"
+        r, w = os.pipe()
+        try:
+            proc = await self._spawn(["/bin/sh", "-c", script, "sh", source_dir, str(cap)], env=None, user_spec=None,
+                                     stdin=False, stdout=w)
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        reader = CappedReader(os.fdopen(r, "rb"), cap + 1024 * 1024, what)  # + tar headers
+        extract = asyncio.ensure_future(asyncio.to_thread(extract_tar_stream, reader, Path(target_dir)))
+        try:
+            try:
+                (err, _), _ = await self._supervise(proc, asyncio.gather(_read_capped(proc.stderr, 1 << 16),
+                                                                         asyncio.shield(extract)),
+                                                    _TRANSFER_TIMEOUT_SEC)
+            except BaseException:
+                reader.close()
+                await asyncio.gather(extract, return_exceptions=True)
+                raise
+        finally:
+            reader.close()
+        for line in err.decode(errors="replace").splitlines():
+            if line.startswith("skipped "):
+                self.logger.warning(f"local sandbox: {what}: {line}")
+        if proc.returncode != 0:
+            raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
+                               f"{err.decode(errors='replace').strip()}")
 
     # ------------------------------------------------------------------ internals
+    def _alive(self) -> bool:
+        """Whether the sandbox's PID 1 still runs (the same process, not a reused pid)."""
+        return self._init_pid is not None and _start_time(self._init_pid) == self._init_start
+
     def _choose_mode(self) -> None:
         cfg = self.config
         is_root = os.geteuid() == 0
@@ -251,75 +345,135 @@ class Sandbox:
                                    "use mode=root (cgroups) or --ek limits=best-effort")
             self._userns = True
 
-    def _limit_prefix(self) -> list[str]:
+    def _limit_prefix(self, for_init: bool = False) -> list[str]:
         cfg = self.config
-        argv = self._cgroup.join_prefix() if self._cgroup else []
+        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
         argv += ["prlimit", f"--cpu={cfg.cpu_time_sec}", "--core=0"]
         if self._userns:
             argv += [f"--nproc={cfg.max_processes}", f"--data={cfg.memory_mb * 1024 * 1024}"]
         return argv + ["--"]
 
-    def _nsenter(self) -> list[str]:
-        argv = ["nsenter", "-t", str(self._init_pid)]
-        if self._userns:
-            argv += ["--user", "--preserve-credentials"]
-        return argv + ["--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd", "--"]
-
-    async def _inner_argv(self, argv: list[str], user, env: dict[str, str]) -> list[str]:
-        priv = ["setpriv", f"--bounding-set={_BOUNDING}"]
+    async def _user_spec(self, user) -> dict:
+        """uid, gid, supplementary groups and HOME of ``user`` (root in user-namespace mode)."""
         if user is None or str(user) in ("root", "0"):
-            env.setdefault("HOME", "/root")
-            return priv + ["--"] + argv
+            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
         if self._userns:
             self.logger.warning(f"local sandbox (user namespace): only root is mapped; running as root, not {user!r}")
-            env.setdefault("HOME", "/root")
-            return priv + ["--"] + argv
-        uid, gid, home = await self._lookup_user(user)
-        env.setdefault("HOME", home)
-        env.setdefault("USER", str(user))
-        return priv + [f"--reuid={uid}", f"--regid={gid}", "--init-groups", "--"] + argv
+            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
+        uid, gid, home, groups = await self._lookup_user(user)
+        return {"uid": uid, "gid": gid, "groups": groups, "home": home, "name": str(user)}
 
-    async def _lookup_user(self, user) -> tuple[int, int, str]:
+    async def _inner_argv(self, argv: list[str], user, env: dict[str, str]) -> tuple[list[str], dict]:
+        spec = await self._user_spec(user)
+        env.setdefault("HOME", spec["home"])
+        if spec["uid"] != 0:
+            env.setdefault("USER", spec["name"])
+        return argv, spec
+
+    async def _lookup_user(self, user) -> tuple[int, int, str, list[int]]:
         key = str(user)
         if key not in self._uid_cache:
             q = shlex.quote(key)
             rc, out, err = await self._run(
-                ["setpriv", f"--bounding-set={_BOUNDING}", "--", "/bin/sh", "-c",
-                 f"id -u {q} && id -g {q} && (getent passwd {q} | cut -d: -f6)"], timeout=30, env={})
-            lines = out.decode().split()
+                ["/bin/sh", "-c", f"id -u {q} && id -g {q} && (getent passwd {q} | cut -d: -f6) && id -G {q}"],
+                timeout=30, env={})
+            lines = out.decode().splitlines()
             if rc != 0 or len(lines) < 2:
                 if key.isdigit():
-                    return int(key), int(key), "/"
+                    return int(key), int(key), "/", [int(key)]
                 raise SandboxError(f"user {user!r} does not exist in the sandbox: {err.decode().strip()}")
-            self._uid_cache[key] = (int(lines[0]), int(lines[1]), lines[2] if len(lines) > 2 else "/")
+            home = lines[2] if len(lines) > 2 and lines[2].startswith("/") else "/"
+            groups = [int(g) for g in lines[-1].split() if g.isdigit()] if len(lines) > 3 else [int(lines[1])]
+            self._uid_cache[key] = (int(lines[0]), int(lines[1]), home, groups)
         return self._uid_cache[key]
 
-    async def _run(self, inner: list[str], *, stdin: bytes | None = None, timeout: float | None = None,
-                   env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
+    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
+        """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
+        u = user_spec or {"uid": 0, "gid": 0, "groups": []}
+        spec = {"pid": self._init_pid, "userns": self._userns, "uid": u["uid"], "gid": u["gid"],
+                "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner, "env": env,
+                "seccomp": True}
+        fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
+        os.write(fd, json.dumps(spec).encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+        return self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)], fd
+
+    async def _spawn(self, inner: list[str], *, env: dict[str, str] | None, user_spec: dict | None, stdin: bool,
+                     stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
         if self._init_pid is None:
             raise SandboxError("the sandbox is not running (call start() first)")
-        proc_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
-        proc_env.setdefault("HOME", "/root")
-        argv = self._limit_prefix() + self._nsenter() + inner
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=proc_env, start_new_session=True,
-        )
-        self._running.add(proc)
+        cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
+        cmd_env.setdefault("HOME", "/root")
+        argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=timeout)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd,),
+                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
+            )
+        finally:
+            os.close(spec_fd)
+        self._running.add(proc)
+        return proc
+
+    async def _supervise(self, proc: asyncio.subprocess.Process, work, timeout: float | None):
+        """Await ``work`` (reading the command's output) and the command; past ``timeout``, on
+        cancellation or on an error of ``work`` the command's process group is killed."""
+        work = asyncio.ensure_future(work)
+
+        async def both():
+            res = await work
+            await proc.wait()
+            return res
+
+        try:
+            return await asyncio.wait_for(both(), timeout=timeout)
         except asyncio.TimeoutError:
-            await kill_group(proc.pid)
+            await self._abort(proc, work)
             raise SandboxExecTimeoutError(f"Command timed out after {timeout} seconds") from None
-        except BaseException:  # cancelled (e.g. by Harbor's phase timeout), or the caller is torn down
-            await kill_group(proc.pid)
+        except BaseException:  # cancelled (e.g. by Harbor's phase timeout), a cap, or the caller is torn down
+            await self._abort(proc, work)
             raise
         finally:
             self._running.discard(proc)
+
+    @staticmethod
+    async def _abort(proc: asyncio.subprocess.Process, work: asyncio.Future) -> None:
+        await kill_group(proc.pid)
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()  # its pipes now, not when the event loop is gone
+
+    async def _run(self, inner: list[str], *, stdin: bytes | None = None, timeout: float | None = None,
+                   env: dict[str, str] | None = None, user_spec: dict | None = None,
+                   cap: int | None = None) -> tuple[int, bytes, bytes]:
+        """Run a command; of its stdout and stderr the first ``cap`` bytes each are kept (the rest is read
+        and dropped, and a truncation note is appended)."""
+        cap = cap or self.config.max_output_bytes
+        proc = await self._spawn(inner, env=env, user_spec=user_spec, stdin=stdin is not None)
+
+        async def feed() -> None:
+            if stdin is None:
+                return
+            try:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                proc.stdin.close()
+
+        _, (out, n_out), (err, n_err) = await self._supervise(
+            proc, asyncio.gather(feed(), _read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap)), timeout)
+        if n_out > cap:
+            out += _truncated(n_out, cap)
+        if n_err > cap:
+            err += _truncated(n_err, cap)
         return proc.returncode if proc.returncode is not None else -1, out, err
 
     async def _checked(self, inner: list[str], stdin: bytes | None, what: str) -> bytes:
-        inner = ["setpriv", f"--bounding-set={_BOUNDING}", "--"] + inner
         rc, out, err = await self._run(inner, stdin=stdin, timeout=_TRANSFER_TIMEOUT_SEC)
         if rc != 0:
             raise SandboxError(f"local sandbox: {what} failed (exit {rc}): {err.decode(errors='replace').strip()}")

@@ -5,8 +5,11 @@ Started by ``sandbox.core.Sandbox.start`` as
 (the ``sandbox_init:NAME`` label only names the process in the host's ``ps``; CONFIG is JSON), so it
 already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the sandbox's root:
 
-  tmpfs (size = storage) at /tmp of the new mount namespace, holding upper/ work/ root/
-  overlay lowerdir=/ (the host's root file system, read-only in effect), upper on that tmpfs
+  tmpfs (size: ``tmpfs_mb["root"]``, see ``SandboxConfig.tmpfs_sizes_mb``) at /tmp of the new mount namespace, holding u/ w/ (overlay uppers) and root/
+  deny by default: of the host only /usr, /bin, /sbin, /lib*, /etc (password hashes and private
+  keys removed) and a few package-database folders of /var, each an overlay (the host folder is the
+  read-only lower layer, the upper is on that tmpfs); every other top-level folder (/root, /home,
+  /work, /opt, /srv, /mnt, ...) is empty; ``expose`` paths are bound read-only
   fresh /proc (own PID namespace; /proc/sys, /proc/sysrq-trigger read-only; kcore & co masked)
   /dev: tmpfs with null zero full random urandom tty bound in, a new devpts, /dev/shm
   /sys: sysfs read-only (skipped where the kernel refuses)
@@ -22,8 +25,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import glob
 import json
 import os
+import platform
 import select
 import signal
 import socket
@@ -64,8 +69,6 @@ def umount2(target: str, flags: int) -> None:
 
 
 def pivot_root(new: str, old: str) -> None:
-    import platform
-
     nr = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}.get(platform.machine())
     if nr is None:
         raise OSError(errno.ENOSYS, f"pivot_root syscall number unknown for {platform.machine()}")
@@ -97,35 +100,126 @@ def loopback_up() -> None:
         s.close()
 
 
+# The host's top-level folders a sandbox sees (each through its own overlay, writes land in the
+# sandbox's tmpfs); every other top-level entry of the host (/root, /home, /work, /srv, /mnt, /media,
+# /opt, /boot, /tmp, ...) is an empty folder inside. ``expose`` adds host paths read-only.
+ALLOWED_TOP = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc")
+# of /var only what package tools need; the rest of /var is an empty skeleton
+VAR_DIRS = ("backups", "cache", "lib", "local", "log", "mail", "opt", "spool", "tmp")
+VAR_ALLOWED = ("lib/dpkg", "lib/apt", "lib/ucf", "lib/pam", "lib/python", "lib/ca-certificates",
+               "lib/ca-certificates-java", "lib/sgml-base", "lib/xml-core", "cache/debconf", "cache/ldconfig")
+# secrets of the host's /etc: password hashes are replaced by "*", private keys are removed
+ETC_SANITIZED = ("shadow", "shadow-", "gshadow", "gshadow-")
+ETC_REMOVED_GLOBS = ("ssh/ssh_host_*_key", "ssl/private/*", "security/opasswd", "krb5.keytab")
+
+
+def _sanitize_etc(root: str) -> None:
+    for name in ETC_SANITIZED:
+        host, inside = f"/etc/{name}", f"{root}/etc/{name}"
+        if not os.path.isfile(host):
+            continue
+        try:
+            with open(host) as f:
+                lines = f.read().splitlines()
+            out = []
+            for line in lines:
+                fields = line.split(":")
+                if len(fields) > 1:
+                    fields[1] = "*"
+                out.append(":".join(fields))
+            with open(inside, "w") as f:
+                f.write("\n".join(out) + ("\n" if out else ""))
+        except OSError:  # an unprivileged user namespace cannot read it either: it stays unreadable
+            try:
+                os.unlink(inside)
+            except OSError:
+                pass
+    for pattern in ETC_REMOVED_GLOBS:
+        for host in glob.glob(f"/etc/{pattern}"):
+            try:
+                os.unlink(root + host)
+            except OSError:
+                pass
+
+
+def _overlay_or_bind(src: str, dst: str, stage: str, key: str) -> None:
+    upper, work = f"{stage}/u/{key}", f"{stage}/w/{key}"
+    os.makedirs(upper)
+    os.makedirs(work)
+    try:
+        overlay(src, upper, work, dst)
+    except OSError:  # a directory holding other mounts, in a user namespace: read-only bind
+        try:
+            mount(src, dst, None, MS_BIND | MS_REC)
+            try:
+                mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            except OSError:
+                pass
+        except OSError:
+            pass  # stays empty
+
+
+def _open_exposed(paths: list[str]) -> list[tuple[str, int, bool]]:
+    """(path, O_PATH fd, is_dir) of each ``expose`` path, opened before the stage tmpfs covers /tmp."""
+    out = []
+    for host in paths:
+        host = os.path.realpath(host)
+        if host == "/" or not os.path.exists(host):
+            continue
+        out.append((host, os.open(host, os.O_PATH | os.O_CLOEXEC), os.path.isdir(host)))
+    return out
+
+
+def _expose(root: str, host: str, fd: int, is_dir: bool) -> None:
+    """``host`` visible read-only at the same path."""
+    dst = root + host
+    if is_dir:
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if not os.path.exists(dst):
+            open(dst, "w").close()
+    src = f"/proc/self/fd/{fd}"
+    mount(src, dst, None, MS_BIND | MS_REC)
+    os.close(fd)
+    try:
+        mount(dst, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+    except OSError:
+        mount(dst, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
 def build_root(cfg: dict) -> None:
-    storage_mb = int(cfg.get("storage_mb") or 10240)
-    shm_mb = int(cfg.get("shm_mb") or 512)
+    sizes = cfg.get("tmpfs_mb") or {}
+    storage_mb = int(sizes.get("root") or 1024)
+    shm_mb = int(sizes.get("shm") or 64)
+    exposed = _open_exposed(cfg.get("expose") or [])
     stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
     mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
-    for d in ("upper", "work", "root"):
+    for d in ("u", "w", "root"):
         os.mkdir(f"{stage}/{d}", 0o755)
     root = f"{stage}/root"
-    try:
-        overlay("/", f"{stage}/upper", f"{stage}/work", root)
-    except OSError:
-        # In a user namespace the kernel refuses "/" as a lower layer (its mounts, /proc, /dev,
-        # ..., are locked children). Overlay each top-level directory instead, on a tmpfs root.
-        mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
-        for name in sorted(os.listdir("/")):
-            src, dst = f"/{name}", f"{root}/{name}"
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-            elif os.path.isdir(src):
-                os.mkdir(dst, 0o755)
-                if name in ("proc", "sys", "dev", "tmp", "run"):
-                    continue  # replaced below
-                upper, work = f"{stage}/u/{name}", f"{stage}/w/{name}"
-                os.makedirs(upper)
-                os.makedirs(work)
-                try:
-                    overlay(src, upper, work, dst)
-                except OSError:
-                    pass  # a directory holding other mounts stays empty
+    mount(root, root, None, MS_BIND)  # a mount point for pivot_root, on the same tmpfs (one size budget)
+    # Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs)
+    for name in sorted(os.listdir("/")):
+        src, dst = f"/{name}", f"{root}/{name}"
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isdir(src):
+            os.mkdir(dst, 0o700 if name == "root" else 0o755)
+            if name in ALLOWED_TOP:
+                _overlay_or_bind(src, dst, stage, name)
+    for name in ("root", "home", "opt", "srv", "mnt", "media", "var"):
+        os.makedirs(f"{root}/{name}", mode=0o700 if name == "root" else 0o755, exist_ok=True)
+    for name in VAR_DIRS:
+        os.makedirs(f"{root}/var/{name}", exist_ok=True)
+    for name, target in (("run", "/run"), ("lock", "/run/lock")):
+        if not os.path.lexists(f"{root}/var/{name}"):
+            os.symlink(target, f"{root}/var/{name}")
+    for rel in VAR_ALLOWED:
+        if os.path.isdir(f"/var/{rel}") and not os.path.islink(f"/var/{rel}"):
+            os.makedirs(f"{root}/var/{rel}", exist_ok=True)
+            _overlay_or_bind(f"/var/{rel}", f"{root}/var/{rel}", stage, "var-" + rel.replace("/", "-"))
+    _sanitize_etc(root)
 
     def p(rel: str) -> str:
         return root + rel
@@ -176,11 +270,11 @@ def build_root(cfg: dict) -> None:
         except OSError:
             pass
     # scratch directories: fresh, never the host's
-    for rel, mode in (("/tmp", "1777"), ("/var/tmp", "1777"), ("/run", "755")):
+    for rel, mode, key in (("/tmp", "1777", "tmp"), ("/var/tmp", "1777", "var_tmp"), ("/run", "755", "run")):
         if os.path.islink(p(rel)):
             continue
         ensure_dir(p(rel))
-        mount("tmpfs", p(rel), "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode={mode}")
+        mount("tmpfs", p(rel), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(sizes.get(key) or 64)}m,mode={mode}")
     # hidden host paths (task sources with their solutions, the jobs dir, ...)
     for rel in cfg.get("hide") or []:
         target = p(rel)
@@ -190,6 +284,9 @@ def build_root(cfg: dict) -> None:
             mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
         else:
             mount(p("/dev/null"), target, None, MS_BIND)
+
+    for host, fd, is_dir in exposed:  # last: over the fresh scratch folders too
+        _expose(root, host, fd, is_dir)
 
     os.chdir(root)
     pivot_root(".", ".")
@@ -201,6 +298,11 @@ def main() -> int:
     cfg = json.loads(sys.argv[-1])
     lifeline = int(cfg.get("lifeline_fd", -1))
     deadline = time.monotonic() + float(cfg.get("wall_sec") or 86400)
+    try:  # never the OOM killer's choice (commands get +500): a full tmpfs must not end the sandbox
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("-1000")
+    except OSError:
+        pass  # an unprivileged user namespace may not lower it
     try:
         build_root(cfg)
         try:
@@ -211,8 +313,13 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
         print(f"SANDBOX_ERROR {type(exc).__name__}: {exc}", flush=True)
         return 3
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    # From here on this process (host root in root mode) lives in the sandbox's tree, which the task
+    # can write: it must never import or load anything again (no path-based imports, exit with _exit).
+    sys.path[:] = []
+    sys.path_hooks[:] = []
+    sys.path_importer_cache.clear()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     # Reap at once on SIGCHLD: zombies of killed processes would hold pids.max slots.
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -249,4 +356,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # no interpreter shutdown (it could import) inside the sandbox's tree

@@ -32,14 +32,6 @@ def tar_of_dir(source: Path) -> bytes:
     return buf.getvalue()
 
 
-def _data_filter_without_devices(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | None:
-    """``tarfile.data_filter``, except that FIFOs and device nodes are skipped (they carry no content,
-    and one left by a command in the sandbox would otherwise abort the whole extraction)."""
-    if member.isdev():
-        return None
-    return tarfile.data_filter(member, dest_path)
-
-
 def _stays_inside(member: tarfile.TarInfo, target: Path) -> bool:
     """For Pythons before 3.11.4 (no ``tarfile.data_filter``): the member, and a link's target, stay in ``target``."""
     root = target.resolve()
@@ -53,15 +45,38 @@ def _stays_inside(member: tarfile.TarInfo, target: Path) -> bool:
     return True
 
 
-def extract_tar(data: bytes, target: Path) -> None:
-    """Unpack an archive made inside the sandbox into ``target`` on the host (no paths or links out, no devices)."""
+class CappedReader:
+    """A file-like reader over a pipe that raises ``SandboxError`` once more than ``cap`` bytes came through."""
+
+    def __init__(self, raw, cap: int, what: str):
+        self._raw, self._cap, self._what, self.total = raw, cap, what, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n if n is not None and n >= 0 else 1 << 20)
+        self.total += len(data)
+        if self.total > self._cap:
+            raise SandboxError(f"local sandbox: {self._what} refused: more than {self._cap} bytes "
+                               "(max_download_bytes, plus archive headers)")
+        return data
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        except OSError:
+            pass
+
+
+def extract_tar_stream(stream, target: Path) -> None:
+    """Unpack a tar stream made inside the sandbox into ``target``, member by member, never holding the
+    archive in memory (``tarfile`` stream mode); no paths or links out, no devices."""
     target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
-        if hasattr(tarfile, "data_filter"):
-            tf.extractall(path=target, filter=_data_filter_without_devices)
-            return
-        for member in tf.getmembers():
+    with tarfile.open(fileobj=stream, mode="r|") as tf:
+        for member in tf:
             if member.isdev():
+                continue
+            if hasattr(tarfile, "data_filter"):
+                member = tarfile.data_filter(member, str(target))  # FilterError for paths or links out
+                tf.extract(member, path=target, filter="fully_trusted")
                 continue
             if not _stays_inside(member, target):
                 raise SandboxError(f"refusing to extract {member.name!r}: it points outside {target}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -157,8 +158,12 @@ def test_no_network_and_no_privileges(isolation_job):
     assert len(net) == 3 and all(line.startswith("net_blocked") for line in net), net
     assert f"net_blocked 127.0.0.1 {isolation_job['port']} " in "\n".join(net) + " "
     assert not isolation_job["host_listener_connected"], "the sandbox reached a port on the host's loopback"
-    for expected in ("mem_blocked", "mount_blocked", "mknod_blocked", "proc1_is_sandbox_init", "proc1_root_denied"):
+    for expected in ("mem_blocked", "mount_blocked", "mknod_blocked", "proc1_is_sandbox_init", "proc1_root_denied",
+                     "unshare_blocked", "host_dirs_hidden", "capbnd 00000000a00425fb"):
         assert any(line.startswith(expected) for line in probe), (expected, probe)
+    planted = isolation_job["trials"]["escape"]["_dir"] / "verifier" / "planted.txt"
+    if planted.exists():  # a helper planted by the agent ran later: never with more than the task's privileges
+        assert all(int(line.split()[1], 16) & ~ALLOWED_CAPS == 0 for line in planted.read_text().splitlines())
 
 
 @harbor_e2e
@@ -362,7 +367,12 @@ def test_blocking_sandbox_dies_with_its_process():
         assert host_processes("sleep 31348", f"sandbox_init:{name}") == []
     finally:
         for d in _cgroups_named(name):  # nothing in the dead process could remove it
-            d.rmdir()
+            for _ in range(100):  # its last processes (unshare) may still be exiting
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
 
 
 STDLIB_ONLY = textwrap.dedent(
@@ -480,3 +490,249 @@ def test_dockerfile_subset_is_replayed_at_start(tmp_path):
             pass
     assert not failing._thread.is_alive()  # __enter__ failed: the sandbox and its thread are closed
     assert host_processes(f"sandbox_init:df-fail-{os.getpid()}") == []  # a failed start leaves nothing running
+
+
+# ---------------------------------------------------------------- adversarial review: privileges, host files, floods
+ALLOWED_CAPS = 0xa00425fb  # Docker's default set minus CAP_MKNOD
+PRELOAD_C = r"""
+#include <stdio.h>
+#include <string.h>
+__attribute__((constructor)) static void record(void) {
+    char line[256];
+    FILE *in = fopen("/proc/self/status", "r"), *out = fopen("/tmp/preload-caps.txt", "a");
+    if (!in || !out) return;
+    while (fgets(line, sizeof line, in)) if (!strncmp(line, "CapEff:", 7)) fputs(line, out);
+    fclose(in); fclose(out);
+}
+"""
+
+
+def _cap_masks(text: str) -> list[int]:
+    return [int(line.split()[1], 16) for line in text.splitlines() if line.startswith(("CapEff:", "CapBnd:"))]
+
+
+@needs_namespaces
+def test_a_planted_helper_or_preload_never_gets_host_privileges(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    preload = None
+    if shutil.which("gcc"):
+        (tmp_path / "p.c").write_text(PRELOAD_C)
+        if subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "p.so"), str(tmp_path / "p.c")],
+                          capture_output=True).returncode == 0:
+            preload = tmp_path / "p.so"
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        for tool in ("setpriv", "nsenter", "sh", "bash"):  # helpers a host-side tool might look up inside
+            sb.exec(f"mkdir -p /usr/local/sbin && printf '#!/bin/sh\\ngrep CapEff /proc/self/status "
+                    f">> /tmp/planted.txt\\nexec /usr/bin/{tool} \"$@\"\\n' > /usr/local/sbin/{tool} && "
+                    f"chmod 755 /usr/local/sbin/{tool}")
+        if preload is not None:
+            sb.upload_file(preload, "/usr/local/lib/p.so")
+            assert sb.exec("echo /usr/local/lib/p.so > /etc/ld.so.preload").return_code == 0
+        later = sb.exec("grep -E 'CapEff|CapBnd' /proc/self/status", user="root")
+        as_user = sb.exec("grep -E 'CapEff|CapBnd' /proc/self/status", user="nobody")
+        sb.exec("true")  # and the transfers
+        sb.download_file("/etc/hostname", tmp_path / "hostname")
+        records = sb.exec("cat /tmp/planted.txt /tmp/preload-caps.txt 2>/dev/null").stdout
+    assert later.return_code == 0 and _cap_masks(later.stdout) == [ALLOWED_CAPS, ALLOWED_CAPS], later
+    assert _cap_masks(as_user.stdout) == [0, ALLOWED_CAPS], as_user
+    if preload is not None:
+        assert "CapEff" in records, "the preload library was never loaded: the test proves nothing"
+    # whatever of the sandbox ran, it ran with no more than the allowed set
+    assert all(m & ~ALLOWED_CAPS == 0 for m in _cap_masks(records)), records
+
+
+@needs_namespaces
+def test_host_files_outside_the_system_folders_are_invisible(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    hidden = tmp_path / "hidden"  # under the host's /tmp
+    hidden.mkdir()
+    (hidden / "marker").write_text("secret")
+    exposed = tmp_path / "exposed"
+    exposed.mkdir()
+    (exposed / "data").write_text("shared")
+    git_dir = REPO / ".git"
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32,
+                                       expose=[str(exposed)])) as sb:
+        def visible(path) -> bool:
+            return sb.exec(f"test -e {shlex.quote(str(path))}").return_code == 0
+
+        assert not visible(hidden / "marker") and not visible(hidden)
+        assert not visible(git_dir) and not visible(REPO / "sandbox" / "init.py")
+        assert not visible(Path(sys.executable).resolve())  # the host's pyenv Python under /root
+        assert sb.exec("ls -A /root /home /srv /mnt /media /opt").stdout.split() == \
+            ["/home:", "/media:", "/mnt:", "/opt:", "/root:", "/srv:"]
+        shadow = sb.exec("cat /etc/shadow /etc/gshadow 2>/dev/null")
+        assert all(line.split(":")[1] in ("*", "") for line in shadow.stdout.splitlines() if ":" in line), shadow
+        assert sb.exec("ls /etc/ssh/ssh_host_*_key 2>/dev/null").stdout == ""
+        r = sb.exec(f"cat {shlex.quote(str(exposed / 'data'))} && ! touch {shlex.quote(str(exposed / 'new'))} 2>/dev/null")
+        assert (r.return_code, r.stdout) == (0, "shared"), r  # exposed: readable, read-only
+        r = sb.exec("python3 -c 'print(6*7)' && bash -c 'echo ok' && tar --version | head -1 | cut -c1-3 && "
+                    "ls /usr/bin/env && echo x > /root/f && cat /root/f && dpkg -s coreutils >/dev/null && echo dpkg")
+        assert r.return_code == 0 and r.stdout.split() == ["42", "ok", "tar", "/usr/bin/env", "x", "dpkg"], r
+    assert not (exposed / "new").exists()
+
+
+@needs_namespaces
+def test_sparse_files_and_output_floods_stay_bounded(tmp_path, caplog):
+    from sandbox import BlockingSandbox, SandboxConfig, SandboxError
+
+    cap = 4 * 1024 * 1024
+    config = SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, max_output_bytes=cap,
+                           max_download_bytes=8 * 1024 * 1024)
+    with BlockingSandbox(config) as sb:
+        r = sb.exec("head -c 100M /dev/zero; echo done >&2")
+        assert r.return_code == 0 and r.stderr == "done\n"
+        assert cap <= len(r.stdout) <= cap + 200 and "output truncated" in r.stdout[cap:], r.stdout[cap:]
+        assert sb.exec("mkdir -p /logs/agent && truncate -s 1G /logs/agent/sparse && echo hi > /logs/agent/small "
+                       "&& head -c 1M /dev/urandom > /logs/agent/mid").return_code == 0
+        with caplog.at_level("WARNING"):
+            sb.download_dir("/logs/agent", tmp_path / "agent")
+        assert sorted(p.name for p in (tmp_path / "agent").iterdir()) == ["mid", "small"]  # the sparse one skipped
+        assert (tmp_path / "agent" / "mid").stat().st_size == 1024 * 1024
+        assert "sparse" in caplog.text and "max_download_bytes" in caplog.text
+        with pytest.raises(SandboxError, match="max_download_bytes"):
+            sb.download_file("/logs/agent/sparse", tmp_path / "sparse")
+        assert not (tmp_path / "sparse").exists()
+        # a tar stream over the cap in all (many files, each under it) fails too
+        sb.exec("for i in 1 2 3; do head -c 5M /dev/zero > /logs/agent/z$i; done")
+        with pytest.raises(SandboxError, match="max_download_bytes"):
+            sb.download_dir("/logs/agent", tmp_path / "again")
+        assert sum(p.stat().st_size for p in (tmp_path / "again").rglob("*")) <= 10 * 1024 * 1024
+
+
+FILL_TMPFS = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from sandbox import BlockingSandbox, SandboxConfig
+    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=1024, max_processes=32, name=sys.argv[2])) as sb:
+        r = sb.exec("for d in /tmp /var/tmp /dev/shm /run /root /app; do head -c 100M /dev/zero > $d/fill 2>/dev/null; "
+                    "done; du -cm --apparent-size /tmp/fill /var/tmp/fill /dev/shm/fill /run/fill /root/fill "
+                    "/app/fill | tail -1 | cut -f1")
+        print(json.dumps({"userns": sb.sandbox._userns, "written_mb": int(r.stdout.strip())}))
+    """
+)
+
+
+def test_tmpfs_sizes_share_one_budget():
+    from sandbox import SandboxConfig
+
+    for storage, memory in ((64, 4096), (10240, 4096), (10240, 256), (1024, 64)):
+        cfg = SandboxConfig(storage_mb=storage, memory_mb=memory)
+        for userns in (False, True):
+            sizes = cfg.tmpfs_sizes_mb(userns)
+            budget = min(storage, memory * 7 // 8)
+            assert sum(sizes.values()) <= max(budget, 8) and min(sizes.values()) >= 1, (storage, memory, sizes)
+            assert sizes["root"] >= budget * 2 // 5 and sizes["shm"] <= 1024
+
+
+@needs_namespaces
+@pytest.mark.skipif(_python_for_nobody() is None,
+                    reason="needs root (to switch to 'nobody'), a Python >= 3.11 that 'nobody' can run "
+                           "and unprivileged user namespaces")
+def test_tmpfs_writes_in_a_user_namespace_stay_within_memory_mb():
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                           _python_for_nobody(), "-S", "-c", FILL_TMPFS, str(REPO), f"fill-{os.getpid()}"],
+                          capture_output=True, text=True, timeout=120, cwd="/", env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["userns"] is True
+    assert out["written_mb"] <= 64, out  # all tmpfs together: within memory_mb, not 6 x 100 MiB
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="root mode (cgroup memory limit) needs root")
+def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
+    import threading
+
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=2048, max_processes=32)) as sb:
+        # tmpfs pages count against the cgroup's 64 MiB: the writer fails or is OOM-killed, PID 1 is not
+        sb.exec("head -c 300M /dev/zero > /tmp/fill; head -c 300M /dev/zero > /app/fill")
+        sb.exec("rm -f /tmp/fill /app/fill")
+        assert sb.exec("echo alive").stdout == "alive\n"
+        # and a command that needs more memory than is left: it is killed, not PID 1
+        sb.exec("head -c 20M /dev/zero > /tmp/fill; head -c 20M /dev/zero > /app/fill; "
+                "python3 -c 'b = bytearray(200 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096])'")
+        assert sb.exec("echo alive; rm -f /tmp/fill /app/fill").stdout == "alive\n"
+        assert sb.exec("cat /proc/self/oom_score_adj").stdout == "500\n"  # commands: the OOM killer's first pick
+        results = []
+        t = threading.Thread(target=lambda: results.append(sb.exec("echo started; sleep 30")))
+        t.start()
+        for _ in range(500):
+            if host_processes("sleep 30"):
+                break
+            time.sleep(0.02)
+        os.kill(sb.sandbox.init_pid, 9)  # the sandbox dies under a running command ...
+        t.join(20)
+        (r,) = results  # ... which fails, it does not raise
+        assert r.return_code != 0 and "sandbox died" in r.stderr, r
+        r = sb.exec("echo later")
+        assert r.return_code != 0 and "sandbox died" in r.stderr, r
+
+
+SYSCALL_PROBE = r"""
+import ctypes, errno, threading
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": {"io_uring_setup": 425, "bpf": 321, "keyctl": 250, "userfaultfd": 323},
+      "aarch64": {"io_uring_setup": 425, "bpf": 280, "keyctl": 219, "userfaultfd": 282}}[__import__("os").uname().machine]
+params = ctypes.create_string_buffer(120)
+for name, n in nr.items():
+    ctypes.set_errno(0)
+    rc = libc.syscall(ctypes.c_long(n), ctypes.c_long(8), params if name == "io_uring_setup" else None, 0, 0)
+    print(name, rc, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+t = threading.Thread(target=lambda: print("thread ok")); t.start(); t.join()
+"""
+
+
+@needs_namespaces
+def test_seccomp_denies_namespaces_io_uring_and_kernel_interfaces():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        for cmd in ("unshare -Urm true", "unshare -U true", "unshare -n true"):
+            r = sb.exec(cmd)
+            assert r.return_code != 0, (cmd, r)
+        r = sb.exec(f"python3 - <<'EOF'\n{SYSCALL_PROBE}\nEOF")
+        lines = r.stdout.splitlines()
+        assert r.return_code == 0 and lines[-1] == "thread ok", r
+        for line in lines[:-1]:
+            name, rc, err = line.split()
+            assert rc == "-1" and err in ("EPERM", "ENOSYS"), line
+        # ordinary work still runs: processes, threads, pipes, subshells
+        r = sb.exec("(sleep 0.1 &) ; echo a | tr a b; python3 -c 'import subprocess; print(subprocess.run([\"true\"]).returncode)'")
+        assert (r.return_code, r.stdout) == (0, "b\n0\n"), r
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are used in root mode only")
+def test_no_cgroup_is_left_after_a_stop_or_a_killed_run(monkeypatch):
+    from sandbox import BlockingSandbox, SandboxConfig
+    from sandbox.cgroup import Cgroup
+
+    dead = f"killed-{os.getpid()}"
+    proc = subprocess.run([sys.executable, "-c", LIFELINE, dead], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    init_pid = int(proc.stdout.split()[-1])
+    for _ in range(1500):
+        if not Path(f"/proc/{init_pid}").exists():
+            break
+        time.sleep(0.02)
+    assert _cgroups_named(dead), "the killed run left no cgroup: the test proves nothing"
+    for _ in range(200):  # its last processes (unshare) may still be exiting
+        if not any((d / "cgroup.procs").read_text().strip() for d in _cgroups_named(dead)):
+            break
+        time.sleep(0.05)
+    monkeypatch.setattr(Cgroup, "STALE_AFTER_SEC", 0.0)  # the killed run's cgroup counts as left over at once
+    name = f"sweeper-{os.getpid()}"
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as idle:
+        with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, name=name)) as sb:
+            assert sb.exec("true").return_code == 0
+        # the sweeps (start and stop of the other) left a live, idle sandbox's cgroups alone
+        assert idle.exec("echo still").stdout == "still\n"
+    assert _cgroups_named(dead) == [] and _cgroups_named(name) == []
+    bases = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox") if p.is_dir()]
+    assert [b for b in bases if not any(c.is_dir() for c in b.iterdir())] == [], "an empty base cgroup is left"
