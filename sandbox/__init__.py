@@ -11,8 +11,9 @@ Harbor venv) and directly by training code (training venv).
 ``Sandbox`` is the asyncio original (``async with Sandbox(config) as sb: await sb.exec(...)``).
 Modules: ``core`` (Sandbox, ExecResult), ``blocking`` (BlockingSandbox), ``config`` (SandboxConfig),
 ``errors``, ``init`` (the sandbox's PID 1), ``enter`` (runs one command inside: namespaces, dropped
-capabilities, seccomp), ``cgroup`` (limits as root), ``dockerfile`` (the replayed Dockerfile subset),
-``transfer`` (tar in and out, streamed and capped), ``processes`` (host-side kills).
+capabilities, seccomp), ``seccomp`` (the filter's allow-list and syscall tables, as data), ``cgroup``
+(limits as root), ``dockerfile`` (the replayed Dockerfile subset), ``transfer`` (tar in and out,
+streamed and capped), ``processes`` (host-side kills).
 """
 
 from sandbox.blocking import BlockingSandbox

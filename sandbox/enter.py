@@ -11,8 +11,8 @@ Order, all before anything of the sandbox runs:
   2. setns into user (userns mode), mnt, uts, ipc, net, pid; fchdir to that root and chroot(".")
   3. drop the capability bounding set to ``caps``, clear ambient capabilities, set the groups,
      gid and uid, capset(effective = permitted = ``caps``, inheritable = none), PR_SET_NO_NEW_PRIVS,
-     the seccomp filter (``seccomp_filter``, built before step 2: EPERM for namespaces, mounts,
-     io_uring, keyrings, BPF, perf, userfaultfd, modules, kexec, swap, reboot, file handles)
+     the seccomp filter (``seccomp_filter``, built before step 2: default-deny, EPERM for every system
+     call not on the allow-list of ``sandbox/seccomp.py``, modelled on Docker's default profile)
   4. fork (the child is in the sandbox's PID namespace) and execve ``argv`` from the sandbox's tree
      with exactly ``env``; the parent waits and exits like the child.
 Every module and the libc handle are loaded at import time; after the chroot only system calls run
@@ -66,24 +66,23 @@ _libc.chroot.argtypes = [ctypes.c_char_p]
 _libc.syscall.restype = ctypes.c_long
 
 
-# ---------------------------------------------------------------- seccomp: a deny list like Docker's default
+# ---------------------------------------------------------------- seccomp: default-deny, like Docker's default
+def _load_profile():
+    """``sandbox/seccomp.py`` (the allow-list and syscall tables), by absolute path: run as ``python -I``,
+    this file's folder is not on ``sys.path``; loaded at import time, before anything enters the sandbox."""
+    if __package__:
+        from sandbox import seccomp
+        return seccomp
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")
+    spec = importlib.util.spec_from_file_location("_sandbox_seccomp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_profile = _load_profile()
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-# system calls that fail with EPERM (name -> number on x86_64, aarch64): namespaces, mounts, kernel
-# keyring, io_uring, BPF, perf, userfaultfd, modules, kexec, swap, reboot, handles, accounting, quotas
-DENIED = {
-    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
-    "pivot_root": (155, 41), "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
-    "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
-    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
-    "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218), "bpf": (321, 280),
-    "perf_event_open": (298, 241), "userfaultfd": (323, 282), "kexec_load": (246, 104),
-    "kexec_file_load": (320, 294), "init_module": (175, 105), "finit_module": (313, 273),
-    "delete_module": (176, 106), "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142),
-    "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264), "acct": (163, 89),
-    "quotactl": (179, 60), "lookup_dcookie": (212, 18), "syslog": (103, 116),
-}
-NR_CLONE = {"x86_64": 56, "aarch64": 220}
-NR_CLONE3 = 435  # both: ENOSYS, so that the C library falls back to clone, whose flags are checked
 CLONE_NEW_ANY = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
@@ -91,25 +90,48 @@ EPERM, ENOSYS = 1, 38
 
 
 def seccomp_filter(machine: str) -> bytes | None:
-    """The classic BPF program of the filter for this architecture (None where unknown)."""
+    """The classic BPF program of the filter for this architecture (None where unknown).
+
+    Default-deny: EPERM for every system call not in ``seccomp.ALLOWED`` (or allowed by its
+    arguments); ENOSYS for ``clone3`` and for numbers above the architecture's table. Every jump
+    skips at most a few instructions (``JEQ nr, 0, 1; RET ALLOW`` per allowed call), so no offset
+    comes near the 8-bit limit of classic BPF; the program stays far below 4096 instructions."""
     if machine not in AUDIT_ARCH:
         return None
-    col = 0 if machine == "x86_64" else 1
+    table = _profile.SYSCALLS[machine]
 
     def ins(code, k, jt=0, jf=0):
         return struct.pack("HBBI", code, jt, jf, k)
 
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    deny = SECCOMP_RET_ERRNO | EPERM
+    ld, jeq, jgt, jge, jset, ret = 0x20, 0x15, 0x25, 0x35, 0x45, 0x06
+    allow, deny, enosys = SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ERRNO | ENOSYS
+    arg0 = 16  # the low 32 bits of args[0] (little-endian): clone flags, socket family, personality
     prog = [ins(ld, 4), ins(jeq, AUDIT_ARCH[machine], 1, 0), ins(ret, deny),  # another ABI (i386, arm32): no
             ins(ld, 0)]
     if machine == "x86_64":
         prog += [ins(jge, 0x40000000, 0, 1), ins(ret, deny)]  # the x32 ABI
-    prog += [ins(jeq, NR_CLONE3, 0, 1), ins(ret, SECCOMP_RET_ERRNO | ENOSYS)]
-    for nrs in DENIED.values():
-        prog += [ins(jeq, nrs[col], 0, 1), ins(ret, deny)]
-    prog += [ins(jeq, NR_CLONE[machine], 0, 3), ins(ld, 16), ins(jset, CLONE_NEW_ANY, 0, 1), ins(ret, deny),
-             ins(ret, SECCOMP_RET_ALLOW)]
+    prog += [ins(jgt, max(table.values()), 0, 1), ins(ret, enosys)]  # newer than our table
+    for name in _profile.ENOSYS_SYSCALLS:
+        if name in table:
+            prog += [ins(jeq, table[name], 0, 1), ins(ret, enosys)]
+    # clone: no new namespaces (false branches keep the syscall number in A)
+    prog += [ins(jeq, table["clone"], 0, 4), ins(ld, arg0), ins(jset, CLONE_NEW_ANY, 0, 1), ins(ret, deny),
+             ins(ret, allow)]
+    # socket: every family but those Docker refuses
+    fams = _profile.SOCKET_FAMILIES_DENIED
+    prog += [ins(jeq, table["socket"], 0, len(fams) + 3), ins(ld, arg0)]
+    prog += [ins(jeq, fam, len(fams) - i, 0) for i, fam in enumerate(fams)]
+    prog += [ins(ret, allow), ins(ret, deny)]
+    # personality: the values Docker allows
+    pers = _profile.PERSONALITIES
+    prog += [ins(jeq, table["personality"], 0, len(pers) + 3), ins(ld, arg0)]
+    prog += [ins(jeq, p, len(pers) - i, 0) for i, p in enumerate(pers)]
+    prog += [ins(ret, deny), ins(ret, allow)]
+    for nr in sorted(table[name] for name in _profile.ALLOWED if name in table):
+        prog += [ins(jeq, nr, 0, 1), ins(ret, allow)]
+    prog.append(ins(ret, deny))
+    if len(prog) > 4096:  # BPF_MAXINSNS
+        raise ValueError(f"the seccomp filter has {len(prog)} instructions, more than 4096")
     return b"".join(prog)
 
 

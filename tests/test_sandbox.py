@@ -707,6 +707,76 @@ def test_seccomp_denies_namespaces_io_uring_and_kernel_interfaces():
         assert (r.return_code, r.stdout) == (0, "b\n0\n"), r
 
 
+DEFAULT_DENY_PROBE = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+machine = os.uname().machine
+# not on Docker's default allow-list (CAP_SYS_NICE, CAP_SYS_PTRACE, CAP_SYSLOG, CAP_SYS_PACCT) and,
+# but for syslog/acct, not on the old deny list either; "unassigned": a number no system call has
+nr = {"x86_64": {"get_mempolicy": 239, "move_pages": 279, "kcmp": 312, "syslog": 103, "acct": 163,
+                 "unassigned": 400, "newer_than_table": 999},
+      "aarch64": {"get_mempolicy": 236, "move_pages": 239, "kcmp": 272, "syslog": 116, "acct": 89,
+                  "unassigned": 300, "newer_than_table": 999}}[machine]
+args = {"kcmp": (os.getpid(), os.getpid(), 0, 0, 0), "syslog": (10, 0, 0)}  # KCMP_FILE fd 0 / fd 0; SIZE_BUFFER
+for name, n in nr.items():
+    a = [ctypes.c_long(x) for x in args.get(name, (0, 0, 0, 0, 0, 0))]
+    ctypes.set_errno(0)
+    rc = libc.syscall(ctypes.c_long(n), *a)
+    print(name, rc, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()) if rc == -1 else "-")
+"""
+
+
+@needs_namespaces
+def test_seccomp_is_default_deny():
+    """A system call on no list at all fails with EPERM (the old deny list let these through)."""
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        r = sb.exec(f"python3 - <<'EOF'\n{DEFAULT_DENY_PROBE}\nEOF")
+        assert r.return_code == 0, r
+        got = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()}
+        for name in ("get_mempolicy", "move_pages", "kcmp", "syslog", "acct", "unassigned"):
+            assert got[name] == ["-1", "EPERM"], (name, got)
+        assert got["newer_than_table"] == ["-1", "ENOSYS"], got  # a newer C library falls back
+
+
+@needs_namespaces
+def test_seccomp_allow_list_runs_everyday_tools():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    script = textwrap.dedent("""\
+        set -e
+        cd /tmp
+        echo '#include <stdio.h>' > h.c; echo 'int main(void) { printf("cc%d ", 6 * 7); return 0; }' >> h.c
+        if command -v gcc >/dev/null; then gcc -O1 -o h h.c && ./h; else echo cc42; fi
+        git init -q repo && git -C repo -c user.name=a -c user.email=a@b commit -q --allow-empty -m m && echo git
+        tar czf a.tgz h.c && tar tzf a.tgz
+        mkfifo fifo && (echo fifo > fifo &) && cat fifo
+        set +e; timeout 0.3 sleep 5; echo "timeout $?"; sleep 30 & kill $!; wait $!; echo "kill $?"; set -e
+        if command -v sqlite3 >/dev/null; then sqlite3 :memory: 'select 6*7'; else echo 42; fi
+        dpkg -s coreutils >/dev/null && echo dpkg
+        python3 -c 'import ctypes; print("ctypes", ctypes.CDLL(None).getpid() > 0)'
+        nohup python3 -m http.server --bind 127.0.0.1 8765 >/dev/null 2>&1 &
+        get='import urllib.request as u; print("http", u.urlopen("http://127.0.0.1:8765/").status)'
+        for i in $(seq 50); do python3 -c "$get" >/dev/null 2>&1 && break; sleep 0.1; done
+        python3 -c "$get"
+        kill %1 2>/dev/null || kill $(jobs -p)
+        if command -v tmux >/dev/null; then
+          tmux -S /tmp/tm new-session -d -x 80 -y 24 -s s
+          tmux -S /tmp/tm send-keys -t s 'echo tm$((6*7))' Enter
+          for i in $(seq 50); do tmux -S /tmp/tm capture-pane -p -t s | grep -q tm42 && break; sleep 0.1; done
+          tmux -S /tmp/tm capture-pane -p -t s | grep -q tm42 && echo tmux
+          tmux -S /tmp/tm kill-server
+        else echo tmux; fi
+    """)
+    with BlockingSandbox(SandboxConfig(memory_mb=1024, storage_mb=256, max_processes=128)) as sb:
+        r = sb.exec(script, timeout_sec=120)
+        assert r.return_code == 0, r
+        assert r.stdout.split() == ["cc42", "git", "h.c", "fifo", "timeout", "124", "kill", "143", "42", "dpkg",
+                                    "ctypes", "True", "http", "200", "tmux"], r
+
+
 @needs_namespaces
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are used in root mode only")
 def test_no_cgroup_is_left_after_a_stop_or_a_killed_run(monkeypatch):
