@@ -27,9 +27,10 @@ from trainers.sources import FORMATS, Source, load_source, to_record
 DEFAULT_MODEL = "builtin:tiny-qwen3"
 
 
-def _load(path: str, fmt: str, split_key: str):
+def _load(path: str, fmt: str, split_key: str, min_reward: float | None = None):
     """Every row of `path`, SFT records and GRPO prompts alike (the SFT corpus refuses the prompts)."""
-    return load_source(Source(path, format=fmt), split_key, functools.partial(to_record, prompts=True))
+    return load_source(Source(path, format=fmt, min_reward=min_reward), split_key,
+                       functools.partial(to_record, prompts=True))
 
 
 def tokenize_prompt(tokenizer, record: dict) -> tuple[list[int], list[int]]:
@@ -79,10 +80,11 @@ def padding_efficiency(lengths: list[int], batch_size: int, seed: int = 0) -> fl
 
 
 def inspect_path(path: str, args) -> dict:
-    loaded = _load(path, args.format, args.split_key)
+    loaded = _load(path, args.format, args.split_key, args.min_reward)
     report = {"path": path, "rows": loaded.n_rows, "valid": len(loaded.records), "invalid": len(loaded.problems),
               "formats": loaded.formats, "groups": len({r["group"] for r in loaded.records}),
-              "missing_split_key": loaded.missing_split_key, "problems": loaded.problems}
+              "missing_split_key": loaded.missing_split_key, "problems": loaded.problems,
+              "below_min_reward": loaded.below_min_reward, "no_reward": loaded.no_reward}
     if args.no_tokens or not loaded.records:
         return report
     tokenizer, template = args.tokenizer
@@ -124,6 +126,9 @@ def print_report(report: dict) -> None:
     print(f"{report['path']}: {report['rows']} rows, {report['valid']} valid, {report['invalid']} invalid; "
           f"formats {report['formats']}; {report['groups']} split groups"
           + (f" ({report['missing_split_key']} records without the split key)" if report["missing_split_key"] else ""))
+    if report["below_min_reward"] or report["no_reward"]:
+        print(f"  min_reward: {report['below_min_reward']} below it, {report['no_reward']} without a reward "
+              "(left out of 'valid')")
     for problem in report["problems"]:
         print(f"  {problem}")
     if "prompt_tokens" in report:
@@ -196,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--batch_size", type=int, default=8, help="batch size for the padding estimate")
     inspect.add_argument("--split_key", default="metadata.source_trajectory_uid")
     inspect.add_argument("--no_tokens", action="store_true", help="validate only, without tokenizing")
+    inspect.add_argument("--min_reward", type=float, default=None,
+                         help="keep only records whose metadata.reward (a Harbor trial's verifier reward) is at least "
+                              "this, as the `min_reward` key of a config's source does")
     show = commands.add_parser("render", parents=[common], help="show one record's tokens, trained or not")
     show.add_argument("path", metavar="PATH")
     show.add_argument("--index", type=int, required=True, help="0-based index among the file's valid records")

@@ -21,7 +21,7 @@ class CorpusArguments:
 
     datasets: list[str] = field(default_factory=list, metadata={"help": (
         f"Sources: a list of {{path, format ({'|'.join(FORMATS)}), name, split, data_files, fraction, weight, "
-        "split_key}} in YAML, or paths on the command line. A path is a JSONL file (plain or .gz), a Harbor job/trial "
+        "split_key, min_reward}} in YAML, or paths on the command line. A path is a JSONL file (plain or .gz), a Harbor job/trial "
         "dir, or a Hugging Face dataset name.")})
     split_key: str = field(default="metadata.source_trajectory_uid", metadata={
         "help": "Dotted key that groups records of one trajectory or task; splits never separate a group."})
@@ -59,6 +59,7 @@ class SourceStats:
     trained_tokens_cut: int = 0
     repeated: int = 0
     not_sampled: int = 0  # left out by `fraction` or by a weight share smaller than the source
+    below_min_reward: int = 0  # rejected by the source's min_reward (reward under it, or no reward)
     tokens: int = 0  # tokens of the train records, after truncation
     trained_tokens: int = 0
 
@@ -98,7 +99,8 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
     for index, item in enumerate(loaded):
         source = item.source
         stat = SourceStats(source.path, rows=item.n_rows, invalid=len(item.problems), formats=item.formats,
-                           missing_split_key=item.missing_split_key)
+                           missing_split_key=item.missing_split_key,
+                           below_min_reward=item.below_min_reward + item.no_reward)
         records = subsample(item.records, source.fraction, args.mixture_seed + index)
         stat.not_sampled = len(item.records) - len(records)
         train, held_out = split_by_group(records, args.eval_fraction, args.mixture_seed)

@@ -46,6 +46,8 @@ class Source:
     fraction: float | None = None  # keep this fraction of the source's records
     weight: float | None = None  # share of the mixture (see mixture.py)
     split_key: str | None = None  # overrides the corpus-wide split key for this source
+    # rejection sampling: keep records whose metadata.reward (a Harbor trial's verifier reward) is at least this
+    min_reward: float | None = None
 
     @classmethod
     def from_config(cls, entry: Any, where: str) -> "Source":
@@ -63,6 +65,10 @@ class Source:
             raise CorpusError(f"{where}.fraction: {source.fraction} must be in (0, 1]")
         if source.weight is not None and not source.weight > 0:
             raise CorpusError(f"{where}.weight: {source.weight} must be > 0")
+        if source.min_reward is not None and (isinstance(source.min_reward, bool)
+                                              or not isinstance(source.min_reward, (int, float))):
+            raise CorpusError(f"{where}.min_reward: {source.min_reward!r} must be a number (e.g. 1.0: keep the "
+                              "trajectories whose verifier reward is at least 1.0)")
         return source
 
 
@@ -75,6 +81,8 @@ class LoadedSource:
     n_rows: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     missing_split_key: int = 0
+    below_min_reward: int = 0  # valid records whose reward is under the source's min_reward
+    no_reward: int = 0  # valid records without a reward, left out because the source has a min_reward
 
 
 def dotted_get(row: Any, key: str) -> Any:
@@ -305,14 +313,15 @@ def _harbor_rows(path: Path) -> Iterator[tuple[str, Any]]:
         except json.JSONDecodeError as err:
             yield origin, RecordError(f"invalid JSON: {err.msg} (line {err.lineno}, column {err.colno})")
             continue
-        if isinstance(row, dict):  # the trial's names become split keys: metadata.task_id, .source_trajectory_uid
-            trial_dir = file.parent.parent
+        if isinstance(row, dict):  # the trial's names become split keys (metadata.task_id, .source_trajectory_uid)
+            trial_dir = file.parent.parent  # and its verifier reward metadata.reward (min_reward filters on it)
             trial = _read_json(trial_dir / "result.json")
-            row.setdefault("metadata", {
+            metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+            row["metadata"] = {
                 "task_id": trial.get("task_name") or trial_dir.name.split("__")[0],
                 "source_trajectory_uid": trial.get("trial_name") or trial_dir.name,
                 "reward": ((trial.get("verifier_result") or {}).get("rewards") or {}).get("reward"),
-            })
+                **metadata}
         yield origin, row
 
 
@@ -363,6 +372,14 @@ def load_source(source: Source, split_key: str, convert: Convert = to_record) ->
         except (KeyError, TypeError, AttributeError) as err:  # a shape no converter checks for
             loaded.problems.append(f"{origin}: not a {source.format} record ({type(err).__name__}: {err})")
             continue
+        if source.min_reward is not None:
+            reward = dotted_get(row, "metadata.reward")
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+                loaded.no_reward += 1
+                continue
+            if reward < source.min_reward:
+                loaded.below_min_reward += 1
+                continue
         group = dotted_get(row, key)
         if group is None:
             loaded.missing_split_key += 1

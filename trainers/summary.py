@@ -34,6 +34,7 @@ def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resume
         "dropped_records": corpus.drops,
         "dropped": len(corpus.drops),
         "truncated": sum(stat.truncated for stat in corpus.stats),
+        "below_min_reward": sum(stat.below_min_reward for stat in corpus.stats),
         "trained_tokens_cut": sum(stat.trained_tokens_cut for stat in corpus.stats),
         "train_records": len(corpus.train),
         "eval_records": len(corpus.eval) if corpus.eval is not None else 0,
@@ -55,7 +56,7 @@ def print_sft_summary(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title="records per source", title_justify="left")
-    columns = ("path", "rows", "invalid", "train_records", "eval_records", "truncated", "dropped", "not_sampled",
+    columns = ("path", "rows", "invalid", "below_min_reward", "train_records", "eval_records", "truncated", "dropped", "not_sampled",
                "repeated", "tokens", "trained_tokens")
     for column in columns:
         table.add_column(column.replace("_records", "").replace("_", " "), justify="left" if column == "path" else "right")
@@ -72,7 +73,8 @@ def print_sft_summary(summary: dict) -> None:
         f"{summary['batches']} batches; padding efficiency {summary['padding_efficiency']:.1%} "
         f"({summary['padded_tokens'] - summary['real_tokens']:,} pad positions)",
         f"invalid skipped {summary['invalid_skipped']}  truncated {summary['truncated']} "
-        f"({summary['trained_tokens_cut']:,} trained tokens cut)  dropped {summary['dropped']}",
+        f"({summary['trained_tokens_cut']:,} trained tokens cut)  dropped {summary['dropped']}"
+        + (f"  below min_reward {summary['below_min_reward']}" if summary.get("below_min_reward") else ""),
         f"wall {summary['wall_seconds']:.1f} s  ({summary['trained_tokens_per_second']:,.0f} trained tokens/s)"
         + (f"  resumed from {summary['resumed_from']}" if summary["resumed_from"] else ""),
         f"output dir {summary['output_dir']}  checkpoints {', '.join(summary['checkpoints']) or 'none'}",

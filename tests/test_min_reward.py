@@ -1,0 +1,67 @@
+"""Rejection sampling in the loaders: a Harbor job source with `min_reward` keeps the trials whose verifier reward is
+at least that, and counts the ones it leaves out (below it, or without a reward) in the loader, `inspect` and the SFT
+run summary."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from common.errors import CorpusError
+from conftest import REPO
+from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+from trainers.sources import Source, load_source
+
+JOB = REPO / "data" / "harbor" / "sample-job"  # 5 trials: 3 with reward 1.0, 2 with 0.0
+
+
+@pytest.fixture
+def job(tmp_path):
+    """The sample job plus a sixth trial whose result.json has no verifier result (an errored trial)."""
+    copy = tmp_path / "job"
+    shutil.copytree(JOB, copy)
+    errored = copy / "csv-pipeline__ERRORED"
+    shutil.copytree(copy / "csv-pipeline__8mDN0LU", errored)
+    result = json.loads((errored / "result.json").read_text())
+    result.update(verifier_result=None, trial_name="csv-pipeline__ERRORED")
+    (errored / "result.json").write_text(json.dumps(result))
+    return copy
+
+
+def _rewards(loaded):
+    return sorted(record["origin"].split("/")[-3].split("__")[0] for record in loaded.records)
+
+
+def test_min_reward_keeps_the_rewarded_trials_and_counts_the_rest(job):
+    everything = load_source(Source(str(job)), "metadata.source_trajectory_uid")
+    assert len(everything.records) == 6 and everything.below_min_reward == everything.no_reward == 0
+
+    kept = load_source(Source(str(job), min_reward=1.0), "metadata.source_trajectory_uid")
+    assert _rewards(kept) == ["csv-pipeline", "make-link-error", "nginx-config"]
+    assert (kept.below_min_reward, kept.no_reward, kept.n_rows, kept.problems) == (2, 1, 6, [])
+
+    lenient = load_source(Source(str(job), min_reward=0.0), "metadata.source_trajectory_uid")
+    assert len(lenient.records) == 5 and lenient.no_reward == 1  # 0.0 >= 0.0; the errored trial has none
+
+
+def test_min_reward_must_be_a_number():
+    with pytest.raises(CorpusError, match=r"datasets\[0\]\.min_reward: 'high' must be a number"):
+        Source.from_config({"path": "x", "min_reward": "high"}, "datasets[0]")
+
+
+def test_the_sft_summary_counts_what_min_reward_left_out(job, tokenizer):
+    args = CorpusArguments(datasets=[{"path": str(job), "min_reward": 1.0}])
+    corpus = build_sft_corpus(args, tokenizer, max_length=4096, show_progress=False)
+    (stat,) = corpus.stats
+    assert (stat.rows, stat.below_min_reward, stat.train_records) == (6, 3, 3)
+
+
+def test_inspect_applies_min_reward(job):
+    result = subprocess.run([sys.executable, "-m", "trainers.data", "inspect", str(job), "--min_reward", "1",
+                             "--no_tokens", "--json", "--strict"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["valid"], report["below_min_reward"], report["no_reward"]) == (3, 2, 1)
