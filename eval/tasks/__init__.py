@@ -1,0 +1,1 @@
+"""Harbor task suites (terminal/, evocode/), their checker (check.py) and the procedural task generator (generate.py)."""
