@@ -4,6 +4,7 @@
         [--concurrency N] [--env local|docker|daytona|...] [--temperature T] [--max_tokens N] [--context_size N]
         [--parser json|xml] [--max_turns N] [--timeout_multiplier X] [--jobs_dir DIR]
         [--results_file NAME] [--wandb_run_id ID]
+    python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
 
 The eval options and their defaults are eval/settings.py's `EvalSettings` (the recipes' `eval_<name>` keys are
 the same settings). SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`,
@@ -11,6 +12,13 @@ the same settings). SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dat
 (harbor_plugins/local_sandbox.py, over sandbox/); every other value is one of Harbor's environments. Terminus-2
 reaches the checkpoint through an OpenAI-compatible URL: vLLM where a GPU and vLLM are present, the built-in CPU
 server otherwise (eval/serve.py, eval/cpu_server.py).
+
+`--model_url URL --model NAME` instead of `--checkpoint`: Terminus-2 drives a model that is already served behind
+an OpenAI-compatible URL (a teacher on vLLM, a hosted API, eval/scripted_teacher.py), nothing is served; one
+command evaluates a baseline or collects teacher trajectories (trainers/sources.py reads the Harbor job dirs as
+SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches LiteLLM through the harbor subprocess's
+environment, never its command line. The job dirs go to --jobs_dir (default outputs/evals/<model>) and
+eval_results.json into that jobs dir.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.checkpoints import global_step
@@ -39,6 +48,32 @@ LOCAL_ENV = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
 
 class EvalError(RuntimeError):
     """An eval that could not run; the message says which step and why."""
+
+
+@dataclass
+class RemoteModel:
+    """A model served elsewhere behind an OpenAI-compatible URL (`--model_url`), what harbor_command needs of
+    eval/serve.py's ServedModel."""
+
+    base_url: str
+    model: str
+    max_model_len: int | None = None
+
+    @property
+    def harbor_model(self) -> str:  # LiteLLM's provider for any OpenAI-compatible server, with api_base
+        return f"hosted_vllm/{self.model}"
+
+
+def endpoint_max_model_len(base_url: str, model: str, api_key: str | None = None) -> int | None:
+    """`max_model_len` of `model` in the server's GET /v1/models (vLLM reports it), else None."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        data = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=10).json()["data"]
+        return next((m.get("max_model_len") for m in data if isinstance(m, dict) and m.get("id") == model), None)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
 
 
 def suite_source(suite: str) -> list[str]:
@@ -80,9 +115,10 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
     return command
 
 
-def run_harbor(command: list[str], job_dir: Path, log_path: Path) -> None:
+def run_harbor(command: list[str], job_dir: Path, log_path: Path, extra_env: dict | None = None) -> None:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+               **(extra_env or {}))
     with open(log_path, "w") as log:
         result = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -125,13 +161,56 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     return results
 
 
+def evaluate_endpoint(model_url: str, model: str, settings: EvalSettings, api_key: str | None = None,
+                      results_file: str = RESULTS_FILE, progress=print) -> dict:
+    """Run one suite with Terminus-2 driving `model` at `model_url` (OpenAI-compatible, served elsewhere); the
+    Harbor jobs go to settings.jobs_dir (default outputs/evals/<model>) and `results_file` into that jobs dir."""
+    from eval.job_dir import read_job
+    from eval.serve import sanitize_model_name
+
+    invalid = eval_settings.choice_error(settings)
+    if invalid:
+        raise EvalError(invalid)
+    if settings.agent != "terminus-2":
+        raise EvalError(f"--model_url drives Terminus-2; --agent {settings.agent} uses no model (use --checkpoint)")
+    if not model_url.startswith(("http://", "https://")):
+        raise EvalError(f"--model_url {model_url}: not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+    jobs_dir = Path(settings.jobs_dir) if settings.jobs_dir else REPO / "outputs" / "evals" / sanitize_model_name(model)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    job_name = f"{suite_slug(settings.suite)}-{settings.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    started = time.monotonic()
+    remote = RemoteModel(model_url.rstrip("/"), model,
+                         None if settings.context_size else endpoint_max_model_len(model_url, model, api_key))
+    command = harbor_command(settings, job_name, jobs_dir, remote)
+    progress(f"eval: {settings.suite} with {settings.agent} on {model} at {remote.base_url}; job {jobs_dir / job_name}")
+    # the key travels in the environment (LiteLLM's hosted_vllm provider reads HOSTED_VLLM_API_KEY), never in the
+    # command line, which Harbor logs and records in the job's config
+    run_harbor(command, jobs_dir / job_name, jobs_dir / f"{job_name}.log",
+               {"HOSTED_VLLM_API_KEY": api_key} if api_key else None)
+    job = read_job(jobs_dir / job_name)
+    results = build_results(checkpoint=model_url, global_step=None, settings=settings, model=model,
+                            metrics=job.metrics(), trials=job.trials, harbor_job_dir=jobs_dir / job_name,
+                            wall_seconds=time.monotonic() - started)
+    (jobs_dir / results_file).write_text(json.dumps(results, indent=2))
+    return results
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint dir (or builtin:tiny-qwen3)")
+    parser.add_argument("--checkpoint", help="checkpoint dir (or builtin:tiny-qwen3), served for the eval; or "
+                        "--model_url")
+    parser.add_argument("--model_url", help=(
+        "an OpenAI-compatible base URL (http://HOST:PORT/v1) Terminus-2 calls instead of serving a checkpoint; "
+        "results: --jobs_dir (default outputs/evals/<model>) gets the Harbor jobs and the results file"))
+    parser.add_argument("--model", help="with --model_url: the model name the server expects")
+    parser.add_argument("--api_key", help=(
+        "with --model_url: the server's API key (default: $HOSTED_VLLM_API_KEY); handed to Harbor through the "
+        "environment"))
     eval_settings.add_arguments(parser)  # --suite, --agent, --concurrency, ...: one per EvalSettings field
     parser.add_argument("--results_file", default=RESULTS_FILE,
-                        help="file written into the checkpoint dir (default: %(default)s)")
+                        help="file written into the checkpoint dir, or with --model_url into the jobs dir "
+                             "(default: %(default)s)")
     parser.add_argument("--wandb_run_id", help="log eval/<suite>/<metric> into this W&B run (resumed)")
     parser.add_argument("--wandb_project", default=os.environ.get("WANDB_PROJECT", "terminal-recipes"),
                         help="the W&B project of --wandb_run_id (default: $WANDB_PROJECT or %(default)s)")
@@ -141,8 +220,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = eval_settings.from_args(args)
+    if bool(args.checkpoint) == bool(args.model_url):
+        print("error: give exactly one of --checkpoint DIR (served for the eval) or --model_url URL --model NAME "
+              "(already served)", file=sys.stderr)
+        return 2
+    if args.model_url and not args.model:
+        print("error: --model_url needs --model NAME (the model name the server expects)", file=sys.stderr)
+        return 2
+    if args.checkpoint and (args.model or args.api_key):
+        print("error: --model and --api_key go with --model_url, not --checkpoint", file=sys.stderr)
+        return 2
     try:
-        results = evaluate(args.checkpoint, settings, args.results_file)
+        if args.model_url:
+            results = evaluate_endpoint(args.model_url, args.model, settings,
+                                        args.api_key or os.environ.get("HOSTED_VLLM_API_KEY"), args.results_file)
+        else:
+            results = evaluate(args.checkpoint, settings, args.results_file)
     except (EvalError, RuntimeError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -59,7 +59,8 @@ class EvalSettings:
     max_turns: int | None = _setting(None, help="Terminus-2 episodes per trial (default: Harbor's)")
     timeout_multiplier: float = _setting(1.0, help="Harbor's multiplier of the tasks' agent and verifier timeouts")
     jobs_dir: str | None = _setting(None, recipe=False, help=(
-        "where the Harbor job dirs go (default: <checkpoint>/eval_jobs)"))
+        "where the Harbor job dirs go (default: <checkpoint>/eval_jobs; with eval.run --model_url: "
+        "outputs/evals/<model>)"))
     extra_agent_kwargs: dict = _setting(cli=False, recipe=False, default_factory=dict, help=(
         "more Terminus-2 `--ak key=value` arguments (Python callers only)"))
 

@@ -1,0 +1,202 @@
+"""A scripted teacher: an OpenAI-compatible server (`GET /health`, `GET /v1/models`, `POST
+/v1/chat/completions`) that answers Harbor's Terminus-2 with each task's reference solution, as Terminus-2
+JSON actions. Offline, with no model, it produces real Terminus-2 trajectories (its prompts, terminal screens
+and format) whose actions solve the task: teacher data for SFT, and a check of the collect-trajectories path.
+
+- The task: the task folder under --tasks whose instruction.md text is inside the first user message
+  (Terminus-2 puts the instruction into its prompt); a prompt that matches none is answered 400.
+- The first turn: `{"analysis", "plan", "commands", "task_complete": false}` running solution/solve.sh: one
+  keystroke entry per command line when every line is a complete command (the shebang and `set -e...` left
+  out: they would end the interactive shell on an error), else the whole script as one
+  `bash <<'SOLVE_EOF' ... SOLVE_EOF` block (heredocs, loops and continued lines run as written).
+- Every later turn: no commands and `"task_complete": true` (Terminus-2 asks to confirm completion once).
+
+    python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
+    python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoint's `request: Request` annotation.
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import RequestError
+
+DEFAULT_MODEL = "teacher"
+HEREDOC_END = "SOLVE_EOF"
+_SKIP_LINE = re.compile(r"^\s*(#.*|set\s+-[euxo]+.*|)$")  # shebang, comments, `set -euo pipefail`, blank
+_SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _complete_command(line: str) -> bool:
+    """A line that is a whole command on its own (bash parses it), not part of a heredoc, loop or continuation."""
+    if line.rstrip().endswith("\\") or "<<" in line:
+        return False
+    return subprocess.run(["bash", "-n", "-c", line], capture_output=True).returncode == 0
+
+
+def _duration(command: str) -> float:
+    return 3.0 if _SLOW.search(command) else 0.5
+
+
+@dataclass
+class ScriptedTask:
+    name: str
+    instruction: str
+    script: str
+
+    def commands(self) -> list[dict]:
+        """The reference solution as Terminus-2 command objects."""
+        lines = [line for line in self.script.splitlines() if not _SKIP_LINE.match(line)]
+        if lines and all(_complete_command(line) for line in lines):
+            return [{"keystrokes": line + "\n", "duration": _duration(line)} for line in lines]
+        body = self.script if self.script.endswith("\n") else self.script + "\n"
+        lines = body.count("\n")
+        return [{"keystrokes": f"bash <<'{HEREDOC_END}'\n{body}{HEREDOC_END}\n",
+                 "duration": float(min(30, 4 + lines // 8))}]
+
+    def first_action(self) -> dict:
+        commands = self.commands()
+        how = ("its commands one per line" if len(commands) > 1 or not commands[0]["keystrokes"].startswith("bash <<")
+               else "it as one bash script (it has multi-line constructs)")
+        return {"analysis": f"The task ({self.name}) is described above; nothing has been done yet.",
+                "plan": f"Apply the known fix: run {how}, then check the output before marking the task "
+                        "complete.",
+                "commands": commands, "task_complete": False}
+
+    @staticmethod
+    def done_action() -> dict:
+        return {"analysis": "The commands ran and their output shows the task is done.",
+                "plan": "Nothing left to do; mark the task complete.", "commands": [], "task_complete": True}
+
+
+def action_text(action: dict) -> str:
+    """An action as the teacher writes it (the layout Harbor's ATIF converter, trainers/harbor_trajectory.py,
+    rebuilds)."""
+    return json.dumps(action, indent=2, ensure_ascii=False)
+
+
+def load_tasks(tasks_dir: str | Path) -> list[ScriptedTask]:
+    """Every task folder under tasks_dir with instruction.md and solution/solve.sh."""
+    root = Path(tasks_dir)
+    tasks = [ScriptedTask(d.name, (d / "instruction.md").read_text().strip(), (d / "solution" / "solve.sh").read_text())
+             for d in sorted(root.iterdir())
+             if (d / "instruction.md").is_file() and (d / "solution" / "solve.sh").is_file()]
+    if not tasks:
+        raise FileNotFoundError(f"{root}: no task folders with instruction.md and solution/solve.sh")
+    return tasks
+
+
+class Teacher:
+    def __init__(self, tasks: list[ScriptedTask], model: str = DEFAULT_MODEL, max_model_len: int = 32768):
+        self.tasks, self.model, self.max_model_len = tasks, model, max_model_len
+        self._squashed = [(_squash(task.instruction), task) for task in tasks]
+        self.created = int(time.time())
+
+    def match(self, prompt: str) -> ScriptedTask | None:
+        """The task whose instruction is in the prompt (the longest, should one contain another)."""
+        text = _squash(prompt)
+        hits = [(len(key), task) for key, task in self._squashed if key and key in text]
+        return max(hits, key=lambda hit: hit[0])[1] if hits else None
+
+    def answer(self, body) -> dict:
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
+        if body.get("stream"):
+            raise RequestError("stream=true is not supported by the scripted teacher", param="stream")
+        users = [m for m in messages if m.get("role") in ("user", "system")]
+        first = _content(users[0].get("content")) if users else ""
+        task = self.match(first)
+        if task is None:
+            raise RequestError(f"the first user message matches none of the {len(self.tasks)} tasks' instruction.md "
+                               f"(its start: {first[:120]!r})", param="messages")
+        turns = sum(1 for m in messages if m.get("role") == "assistant")
+        action = task.first_action() if turns == 0 else task.done_action()
+        text = action_text(action)
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": len(first) // 4, "completion_tokens": len(text) // 4,
+                          "total_tokens": (len(first) + len(text)) // 4}}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model, "object": "model", "created": self.created,
+                                            "owned_by": "terminal-recipes", "root": self.model, "parent": None,
+                                            "max_model_len": self.max_model_len}]}
+
+
+def _content(content) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def create_app(teacher: Teacher):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI(title="terminal-recipes scripted teacher")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": teacher.model, "tasks": len(teacher.tasks)}
+
+    @app.get("/v1/models")
+    async def models():
+        return teacher.models()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError(f"the request body is not valid JSON: {exc}")
+            return teacher.answer(body)
+        except RequestError as exc:
+            return JSONResponse({"error": {"message": exc.message, "type": "BadRequestError", "param": exc.param,
+                                           "code": exc.status}}, status_code=exc.status)
+
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m eval.scripted_teacher", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", required=True, help="a folder of Harbor tasks (instruction.md, solution/solve.sh)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the served model name (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--log_level", default="warning")
+    args = parser.parse_args(argv)
+    try:
+        teacher = Teacher(load_tasks(args.tasks), args.model)
+    except (OSError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"scripted teacher for {len(teacher.tasks)} tasks at http://{args.host}:{args.port}/v1 (model "
+          f"{args.model})", file=sys.stderr, flush=True)
+    uvicorn.run(create_app(teacher), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
