@@ -56,13 +56,15 @@ def print_sft_summary(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title="records per source", title_justify="left")
-    columns = ("path", "rows", "invalid", "below_min_reward", "train_records", "eval_records", "truncated", "dropped", "not_sampled",
-               "repeated", "tokens", "trained_tokens")
+    rejected = any(source.get("below_min_reward") for source in summary["sources"])  # its column only when used
+    columns = ("path", "rows", "invalid", *(("below_min_reward",) if rejected else ()), "train_records",
+               "eval_records", "truncated", "dropped", "not_sampled", "repeated", "tokens", "trained_tokens")
     for column in columns:
-        table.add_column(column.replace("_records", "").replace("_", " "), justify="left" if column == "path" else "right")
+        table.add_column(column.replace("_records", "").replace("below_min_reward", "< min_reward").replace("_", " "),
+                         justify="left" if column == "path" else "right", no_wrap=column == "path")
     for source in summary["sources"]:
         table.add_row(*(str(source[column]) for column in columns))
-    console = Console(width=140)
+    console = Console(width=155 if rejected else 140)
     console.rule("[bold]SFT run summary")
     console.print(table)
     loss = summary["final_loss"]
