@@ -10,34 +10,18 @@ come from the checkpoint's generation_config.json, as vLLM's `--generation-confi
     python -m eval.cpu_server --checkpoint builtin:tiny-qwen3 --served_model_name tiny-qwen3 --port 8000
 """
 
-# No `from __future__ import annotations` here: FastAPI reads the endpoint's `request: Request` annotation, which
-# must be the class itself, since fastapi is imported inside create_app (importing this module stays light).
-
 import argparse
 import asyncio
 import json
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from common.errors import RequestError
+from eval.openai_api import chat_completion, create_app as create_openai_app, message_text, model_list
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
-
-
-def _error_body(message: str, status: int, param: str | None = None) -> dict:
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
-
-
-def _message_text(content: Any) -> Any:
-    """OpenAI content parts ([{type: text, text}]) flattened to a string; strings and None pass through."""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content
 
 
 def _int_field(body: dict, key: str, minimum: int) -> int | None:
@@ -109,9 +93,7 @@ class Generator:
             is not None else (eos[0] if eos else 0)
 
     def models(self) -> dict:
-        return {"object": "list", "data": [{
-            "id": self.served_model_name, "object": "model", "created": self.created, "owned_by": "terminal-recipes",
-            "root": self.served_model_name, "parent": None, "max_model_len": self.max_model_len}]}
+        return model_list(self.served_model_name, self.created, self.max_model_len)
 
     def prepare(self, body: dict) -> dict:
         """Validate a request and tokenize its prompt; RequestError for anything vLLM would answer 4xx."""
@@ -130,7 +112,7 @@ class Generator:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m
                                                                      for m in messages):
             raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
-        messages = [{**m, "content": _message_text(m.get("content"))} for m in messages]
+        messages = [{**m, "content": message_text(m.get("content"))} for m in messages]
         template_kwargs = {}
         chat_kwargs = body.get("chat_template_kwargs") or {}
         if isinstance(chat_kwargs, dict) and "enable_thinking" in chat_kwargs:
@@ -208,49 +190,20 @@ class Generator:
         hits = [i for i in (text.find(s) for s in req["stop"]) if i >= 0]
         if hits:
             text, finish = text[:min(hits)], "stop"
-        n_prompt = len(req["prompt_ids"])
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": self.served_model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish}],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(new),
-                      "total_tokens": n_prompt + len(new)},
-        }
+        return chat_completion(self.served_model_name, text, finish, len(req["prompt_ids"]), len(new))
 
 
 def create_app(generator: Generator):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
-    app = FastAPI(title="terminal-recipes CPU OpenAI-compatible server")
     lock = asyncio.Lock()
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "model": generator.served_model_name}
+    async def complete(body) -> dict:
+        request = generator.prepare(body)
+        async with lock:  # one generation at a time: the CPU is the bottleneck anyway
+            return await asyncio.to_thread(generator.generate, request)
 
-    @app.get("/v1/models")
-    async def models():
-        return generator.models()
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        try:
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RequestError(f"the request body is not valid JSON: {exc}")
-            req = generator.prepare(body)
-            async with lock:  # one generation at a time: the CPU is the bottleneck anyway
-                result = await asyncio.to_thread(generator.generate, req)
-            return result
-        except RequestError as exc:
-            return JSONResponse(_error_body(exc.message, exc.status, exc.param), status_code=exc.status)
-        except Exception as exc:  # a generation failure is the server's fault, not the caller's
-            return JSONResponse(_error_body(f"{type(exc).__name__}: {exc}", 500), status_code=500)
-
-    return app
+    return create_openai_app("terminal-recipes CPU OpenAI-compatible server",
+                             lambda: {"status": "ok", "model": generator.served_model_name}, generator.models,
+                             complete)
 
 
 # ------------------------------------------------------------------------------------------------- CLI

@@ -15,20 +15,18 @@ and format) whose actions solve the task: teacher data for SFT, and a check of t
     python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal
 """
 
-# No `from __future__ import annotations`: FastAPI reads the endpoint's `request: Request` annotation.
-
 import argparse
 import json
 import re
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import RequestError
+from eval.openai_api import chat_completion, create_app as create_openai_app, message_text, model_list
 
 DEFAULT_MODEL = "teacher"
 HEREDOC_END = "SOLVE_EOF"
@@ -120,7 +118,8 @@ class Teacher:
         if body.get("stream"):
             raise RequestError("stream=true is not supported by the scripted teacher", param="stream")
         users = [m for m in messages if m.get("role") in ("user", "system")]
-        first = _content(users[0].get("content")) if users else ""
+        first = message_text(users[0].get("content")) if users else ""
+        first = first if isinstance(first, str) else ""
         task = self.match(first)
         if task is None:
             raise RequestError(f"the first user message matches none of the {len(self.tasks)} tasks' instruction.md "
@@ -128,52 +127,19 @@ class Teacher:
         turns = sum(1 for m in messages if m.get("role") == "assistant")
         action = task.first_action() if turns == 0 else task.done_action()
         text = action_text(action)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": len(first) // 4, "completion_tokens": len(text) // 4,
-                          "total_tokens": (len(first) + len(text)) // 4}}
+        return chat_completion(self.model, text, "stop", len(first) // 4, len(text) // 4)
 
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.model, "object": "model", "created": self.created,
-                                            "owned_by": "terminal-recipes", "root": self.model, "parent": None,
-                                            "max_model_len": self.max_model_len}]}
-
-
-def _content(content) -> str:
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content if isinstance(content, str) else ""
+        return model_list(self.model, self.created, self.max_model_len)
 
 
 def create_app(teacher: Teacher):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    async def complete(body) -> dict:
+        return teacher.answer(body)
 
-    app = FastAPI(title="terminal-recipes scripted teacher")
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "model": teacher.model, "tasks": len(teacher.tasks)}
-
-    @app.get("/v1/models")
-    async def models():
-        return teacher.models()
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        try:
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RequestError(f"the request body is not valid JSON: {exc}")
-            return teacher.answer(body)
-        except RequestError as exc:
-            return JSONResponse({"error": {"message": exc.message, "type": "BadRequestError", "param": exc.param,
-                                           "code": exc.status}}, status_code=exc.status)
-
-    return app
+    return create_openai_app("terminal-recipes scripted teacher",
+                             lambda: {"status": "ok", "model": teacher.model, "tasks": len(teacher.tasks)},
+                             teacher.models, complete)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,80 @@
+"""The OpenAI chat-completions surface the eval servers share (eval/cpu_server.py, eval/scripted_teacher.py):
+`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, vLLM-style error bodies, the response shapes.
+
+Each server supplies what differs: its health payload, its model list and how it answers a request body (a
+`RequestError` becomes a 4xx with vLLM's error body; anything else a 500: the server's fault, not the caller's).
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the endpoint's `request: Request` annotation, which
+# must be the class itself, since fastapi is imported inside create_app (importing this module stays light).
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from common.errors import RequestError
+
+
+def error_body(message: str, status: int, param: str | None = None) -> dict:
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def message_text(content: Any) -> Any:
+    """OpenAI content parts ([{type: text, text}]) flattened to a string; strings and None pass through."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content
+
+
+def model_list(name: str, created: int, max_model_len: int | None) -> dict:
+    """`GET /v1/models` for one served model, with vLLM's `max_model_len`."""
+    return {"object": "list", "data": [{
+        "id": name, "object": "model", "created": created, "owned_by": "terminal-recipes", "root": name,
+        "parent": None, "max_model_len": max_model_len}]}
+
+
+def chat_completion(model: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+    """A non-streaming chat completion with one assistant choice."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                     "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def create_app(title: str, health: Callable[[], dict], models: Callable[[], dict],
+               complete: Callable[[Any], Awaitable[dict]]):
+    """The FastAPI app: `complete(body)` answers a parsed request body with a chat completion."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI(title=title)
+
+    @app.get("/health")
+    async def get_health():
+        return health()
+
+    @app.get("/v1/models")
+    async def get_models():
+        return models()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError(f"the request body is not valid JSON: {exc}")
+            return await complete(body)
+        except RequestError as exc:
+            return JSONResponse(error_body(exc.message, exc.status, exc.param), status_code=exc.status)
+        except Exception as exc:  # a failure while answering is the server's fault, not the caller's
+            return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", 500), status_code=500)
+
+    return app
