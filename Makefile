@@ -1,5 +1,6 @@
 # make sft   : create .venv if missing, install, train the embedded default (tiny model, sample corpora, CPU)
 # make test  : create .venv if missing, install, run the whole test suite (CI's .ci/run calls this)
+# make learn : the learning run (recipes/learn.py): teacher trajectories -> SFT from scratch -> held-out pass rate by step
 # make test-fast : the suite minus the tests marked slow (multi-process runs, Harbor jobs): for the edit-test loop
 # make bench : the benchmarks in bench/, each against its baseline, side by side
 PYTHON ?= python3
@@ -13,7 +14,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
 comma := ,
 
-.PHONY: setup harbor sft test test-fast bench clean
+.PHONY: setup harbor sft learn test test-fast bench clean
 setup: $(VENV)/.installed harbor
 
 # Harbor (evals) lives in its own Python >= 3.12 venv, .venv-harbor: its pins differ from the training stack's
@@ -30,6 +31,9 @@ $(VENV)/.installed: pyproject.toml
 
 sft: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/sft.py $(ARGS)
+
+learn: setup
+	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(PY) recipes/learn.py $(ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -13,6 +13,11 @@ and format) whose actions solve the task: teacher data for SFT, and a check of t
 
     python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
     python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal
+
+or both in one command, the trajectories of every task into a jobs dir (an SFT source; keep the solved ones
+with `min_reward: 1`):
+
+    python -m eval.scripted_teacher --tasks DIR --collect OUT [--concurrency 16]
 """
 
 import argparse
@@ -46,7 +51,8 @@ def _complete_command(line: str) -> bool:
 
 
 def _duration(command: str) -> float:
-    return 3.0 if _SLOW.search(command) else 0.5
+    """Terminus-2's own guidance: 0.1 s for immediate commands, longer for builds and scripts."""
+    return 3.0 if _SLOW.search(command) else 0.1
 
 
 @dataclass
@@ -69,15 +75,15 @@ class ScriptedTask:
         commands = self.commands()
         how = ("its commands one per line" if len(commands) > 1 or not commands[0]["keystrokes"].startswith("bash <<")
                else "it as one bash script (it has multi-line constructs)")
-        return {"analysis": f"The task ({self.name}) is described above; nothing has been done yet.",
-                "plan": f"Apply the known fix: run {how}, then check the output before marking the task "
-                        "complete.",
+        # Only what the prompt shows (never the task's folder name): a student trained on these turns can learn
+        # every token of them from its input.
+        return {"analysis": "Nothing has been done yet.", "plan": f"Run {how}.",
                 "commands": commands, "task_complete": False}
 
     @staticmethod
     def done_action() -> dict:
-        return {"analysis": "The commands ran and their output shows the task is done.",
-                "plan": "Nothing left to do; mark the task complete.", "commands": [], "task_complete": True}
+        return {"analysis": "The commands ran.", "plan": "Mark the task complete.", "commands": [],
+                "task_complete": True}
 
 
 def action_text(action: dict) -> str:
@@ -142,6 +148,31 @@ def create_app(teacher: Teacher):
                              teacher.models, complete)
 
 
+def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, progress=print) -> dict:
+    """Serve the teacher on a free loopback port and run Terminus-2 on every task of `tasks_dir` against it
+    (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json, lands in `jobs_dir`.
+    Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
+    from common.net import free_port, stop_process, wait_until_healthy
+    from eval.run import evaluate_endpoint
+    from eval.settings import EvalSettings
+
+    port = free_port()
+    log_path = Path(jobs_dir) / "scripted_teacher.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(tasks_dir),
+                                   "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}", server, timeout=60,
+                           details=lambda: log_path.read_text(errors="replace")[-2000:])
+        # temperature 0: the teacher ignores it; Terminus-2's settings otherwise as eval.run's defaults
+        settings = EvalSettings(suite=str(tasks_dir), concurrency=concurrency, jobs_dir=str(jobs_dir), temperature=0.0)
+        return evaluate_endpoint(f"http://127.0.0.1:{port}/v1", DEFAULT_MODEL, settings, progress=progress)
+    finally:
+        stop_process(server)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
@@ -152,7 +183,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--log_level", default="warning")
+    parser.add_argument("--collect", metavar="OUT", help=(
+        "instead of serving until stopped: serve on a free port, run Terminus-2 on every task against it and put "
+        "the Harbor job (the teacher trajectories) into OUT"))
+    parser.add_argument("--concurrency", type=int, default=16, help="with --collect: trials at once (default: "
+                        "%(default)s; the teacher answers at once, so trials wait only on their sandboxes)")
     args = parser.parse_args(argv)
+    if args.collect:
+        started = time.monotonic()
+        try:
+            results = collect(args.tasks, args.collect, args.concurrency, progress=lambda m: print(m, file=sys.stderr))
+        except Exception as err:  # a missing task folder, Harbor not installed, a teacher that did not start
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        metrics = results["metrics"]
+        print(f"collected {metrics.get('n_trials')} teacher trajectories in {time.monotonic() - started:.0f} s: "
+              f"solved {metrics.get('mean_reward')}, errors {metrics.get('exceptions') or {}}; job "
+              f"{results['harbor_job_dir']}", file=sys.stderr)
+        return 0
     try:
         teacher = Teacher(load_tasks(args.tasks), args.model)
     except (OSError, FileNotFoundError) as err:

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import REPO, chat_row, run, sft_command, write_jsonl
@@ -133,3 +134,146 @@ def test_a_failing_eval_never_stops_training(tmp_path):
     assert "eval: builtin:nope at step 2 failed: EvalError: --suite builtin:nope: unknown built-in suite" in result.stderr
     assert (out / "model.safetensors").exists()
     assert any(row.get("eval/nope/failed") == 1 and row["train/global_step"] == 2 for row in wandb_history(tmp_path))
+
+
+# ------------------------------------------------------------------------------------- step 0 (eval_on_start)
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path)
+
+
+def train_begin(callback, out, model, tokenizer, eval_on_start=True, global_step=0, world_zero=True):
+    """Call the callback's on_train_begin as the Trainer does (its args, state, control and model/tokenizer)."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(out), eval_on_start=eval_on_start, report_to="none")
+    state = TrainerState(global_step=global_step, is_world_process_zero=world_zero)
+    callback.on_train_begin(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    return args, state
+
+
+@pytest.fixture
+def fake_evaluate(monkeypatch):
+    """eval.run.evaluate without Harbor: records its calls, writes an eval_results file of the real schema."""
+    from common.checkpoints import global_step
+    from eval.results import build_results
+
+    calls = []
+
+    def evaluate(checkpoint, settings, results_file="eval_results.json", progress=print):
+        calls.append((checkpoint, settings.suite, results_file))
+        results = build_results(checkpoint=checkpoint, global_step=global_step(checkpoint), settings=settings,
+                                model=None, metrics={"mean_reward": 0.25, "n_trials": 4}, trials=[],
+                                harbor_job_dir="jobs", wall_seconds=0.0)
+        (Path(checkpoint) / results_file).write_text(json.dumps(results))
+        return results
+
+    monkeypatch.setattr("eval.run.evaluate", evaluate)
+    return calls
+
+
+def test_eval_on_start_evaluates_the_model_before_training_as_checkpoint_0(tmp_path, tiny_model, tokenizer,
+                                                                           fake_evaluate):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerControl
+
+    from common.checkpoints import global_step, last_complete_checkpoint
+    from eval.compare import collect
+    from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+
+    out = tmp_path / "run"
+    callback = EvalOnSaveCallback(EvalArguments(eval_suites=[HELLO]))
+    args, state = train_begin(callback, out, tiny_model, tokenizer)
+    checkpoint = out / "checkpoint-0"
+    # the initial weights and the tokenizer, loadable as any checkpoint
+    loaded = AutoModelForCausalLM.from_pretrained(checkpoint)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), tiny_model.state_dict().values()))
+    assert AutoTokenizer.from_pretrained(checkpoint)("ls -la").input_ids == tokenizer("ls -la").input_ids
+    assert fake_evaluate == [(str(checkpoint), HELLO, "eval_results.json")]
+    assert [r["global_step"] for r in callback.completed] == [0] and not callback.failed
+    # not a checkpoint to resume from (no trainer_state.json); its step is 0, and eval.compare shows it at step 0
+    assert not (checkpoint / "trainer_state.json").exists() and global_step(checkpoint) == 0
+    assert last_complete_checkpoint(out) is None
+    [row] = collect([out])
+    assert (row["checkpoint"], row["step"], row["metrics"]["mean_reward"]) == ("checkpoint-0", 0, 0.25)
+
+    # a later save goes the same way, at its step; resume picks it, not checkpoint-0
+    (out / "checkpoint-2").mkdir()
+    (out / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    state.global_step = 2
+    callback.on_save(args, state, TrainerControl())
+    assert fake_evaluate[-1] == (str(out / "checkpoint-2"), HELLO, "eval_results.json")
+    assert last_complete_checkpoint(out) == str(out / "checkpoint-2")
+    assert [(r["checkpoint"], r["step"]) for r in collect([out])] == [("checkpoint-0", 0), ("checkpoint-2", 2)]
+
+
+class Unsaveable:
+    def save_pretrained(self, path):
+        raise AssertionError(f"saved into {path}")
+
+
+@pytest.mark.parametrize("case", ["eval_on_start false", "resume", "not world process zero", "no suites", "zero3"])
+def test_no_step_0_eval_unless_eval_on_start_on_a_fresh_run(tmp_path, monkeypatch, capsys, fake_evaluate, case):
+    import transformers.integrations
+
+    from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+
+    if case == "zero3":
+        monkeypatch.setattr(transformers.integrations, "is_deepspeed_zero3_enabled", lambda: True)
+    callback = EvalOnSaveCallback(EvalArguments(eval_suites=[] if case == "no suites" else [HELLO]))
+    train_begin(callback, tmp_path / "run", Unsaveable(), Unsaveable(), eval_on_start=case != "eval_on_start false",
+                global_step=3 if case == "resume" else 0, world_zero=case != "not world process zero")
+    assert not (tmp_path / "run" / "checkpoint-0").exists()
+    assert fake_evaluate == [] and callback.completed == [] and callback.failed == [] and callback.pending == []
+    printed = capsys.readouterr().out
+    if case == "zero3":
+        assert printed.startswith("eval: step 0 (eval_on_start) skipped: under DeepSpeed ZeRO-3")
+        assert f"python -m eval.run --checkpoint '<base model dir>' --suite {HELLO} --agent terminus-2" in printed
+        assert printed.count("\n") == 1
+    else:
+        assert printed == ""
+
+
+def test_eval_on_start_with_peft_saves_an_adapter_that_eval_serve_serves(tmp_path, tiny_model_path, tokenizer,
+                                                                         fake_evaluate):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from eval.cpu_server import Generator
+    from eval.serve import vllm_command
+    from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_path),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    callback = EvalOnSaveCallback(EvalArguments(eval_suites=[HELLO]))
+    train_begin(callback, tmp_path / "run", model, tokenizer)
+    checkpoint = tmp_path / "run" / "checkpoint-0"
+    assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "config.json").exists()
+    assert [call[0] for call in fake_evaluate] == [str(checkpoint)]
+    assert "--enable-lora" in vllm_command(str(checkpoint), "checkpoint-0", 8000)  # LoRA on its base model
+    generator = Generator(str(checkpoint), "checkpoint-0", device="cpu")  # the cpu backend merges it
+    assert generator.tokenizer("ls").input_ids == tokenizer("ls").input_ids
+
+
+@pytest.mark.slow
+def test_step_0_eval_runs_in_a_subprocess_like_any_checkpoint(tmp_path, tiny_model, tokenizer):
+    """A real eval (Harbor, oracle agent) of checkpoint-0 in subprocess mode, collected at the end of training."""
+    from transformers import TrainerControl
+
+    from eval.compare import collect
+    from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+
+    out = tmp_path / "run"
+    callback = EvalOnSaveCallback(EvalArguments(eval_suites=[HELLO], eval_mode="subprocess", eval_agent="oracle"),
+                                  wait_at_end_seconds=300)
+    args, state = train_begin(callback, out, tiny_model, tokenizer)
+    assert [(p.step, p.results_path) for p in callback.pending] == [(0, out / "checkpoint-0" / "eval_results.json")]
+    callback.on_train_end(args, state, TrainerControl())
+    assert not callback.pending and not callback.failed, callback.failed
+    [results] = callback.completed
+    assert results["global_step"] == 0 and results["metrics"]["mean_reward"] == 1.0
+    [row] = collect([out])
+    assert (row["checkpoint"], row["step"], row["metrics"]["mean_reward"]) == ("checkpoint-0", 0, 1.0)

@@ -2,6 +2,7 @@
 
     python -m trainers.data inspect PATH... [--strict] [--json] [--max_length N] [--model_name_or_path M]
     python -m trainers.data render PATH --index I [--json] [--model_name_or_path M]
+    python -m trainers.data decontaminate CORPUS... --against SUITE... [--n 13] [--json]
 
 `inspect` validates every record (each problem as `file:line: reason`), and with the model's tokenizer shows
 token lengths, what `--max_length` would truncate or drop under `--truncation`, and how well BFD packing and
@@ -9,6 +10,11 @@ plain padding would fill batches. `--strict` exits 1 when any record is invalid.
 as the model sees it, each token marked trained or not; `--json` prints `{"tokens": [{"text", "trained"}]}`.
 GRPO prompt rows (format `grpo`) are validated as recipes/grpo.py reads them; `inspect` shows their prompt
 lengths (with the generation prompt) and `render` their prompt, of which nothing is trained.
+`decontaminate` reports the records that share a 13-word n-gram with an eval task (`--against builtin:terminal`,
+a folder of Harbor tasks, or one task folder): contaminated when the n-gram is specific to one task, template
+overlap (not contamination) when it is shared by 2+ tasks of the suite or, for a generated task, by 2+ reference
+instances of its family (trainers/decontaminate.py). It exits 0
+whatever it finds: it is a report; the SFT config key `decontaminate_against` drops what it calls contaminated.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import random
 import statistics
 import sys
 
+from trainers import decontaminate
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.records import RecordError
 from trainers.sources import FORMATS, Source, load_source, to_record
@@ -185,6 +192,29 @@ def render(args) -> int:
     return 0
 
 
+def decontaminate_command(args) -> int:
+    if args.n < 1:
+        print(f"error: --n {args.n}: must be at least 1 (words per n-gram; default {decontaminate.DEFAULT_N})",
+              file=sys.stderr)
+        return 2
+    try:
+        checker = decontaminate.Decontaminator(args.against, args.n)
+    except ValueError as err:
+        print(f"error: --against {err}", file=sys.stderr)
+        return 2
+    try:
+        result = decontaminate.scan_paths(args.paths, checker, args.format)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    else:
+        decontaminate.print_scan(result)
+    return 0  # a report: contamination found is not a failure of the command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainers.data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -207,8 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     show = commands.add_parser("render", parents=[common], help="show one record's tokens, trained or not")
     show.add_argument("path", metavar="PATH")
     show.add_argument("--index", type=int, required=True, help="0-based index among the file's valid records")
+    clean = commands.add_parser("decontaminate", help="find records that overlap eval tasks (13-gram check)")
+    clean.add_argument("paths", nargs="+", metavar="CORPUS", help="JSONL files, Harbor job dirs, HF dataset names")
+    clean.add_argument("--against", nargs="+", required=True, metavar="SUITE",
+                       help="eval suites: builtin:terminal, builtin:evocode, a folder of Harbor tasks or a task folder")
+    clean.add_argument("--n", type=int, default=decontaminate.DEFAULT_N, help="n-gram size in words (default 13)")
+    clean.add_argument("--format", default="auto", choices=FORMATS)
+    clean.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
 
+    if args.command == "decontaminate":
+        return decontaminate_command(args)
     try:
         if args.command == "render" or not args.no_tokens:
             args.tokenizer = _load_tokenizer(args.model_name_or_path)

@@ -4,12 +4,26 @@ Modes: `inline` blocks training while the main process evaluates (the embedded d
 `python -m eval.run` detached and logs its results into the run when it finishes (polled at each logging step
 and at the end); `slurm` submits `launch/slurm/eval.sbatch` per checkpoint and picks up its eval_results file the
 same way. A failed eval is reported and logged as `eval/<suite>/failed`; it never stops training.
+
+Step 0: with the Trainer's own `eval_on_start: true` (TrainingArguments/SFTConfig/GRPOConfig) and a run that starts
+at global step 0 (not a resume), `on_train_begin` saves the model before training and its tokenizer into
+`output_dir/checkpoint-0` and evaluates it like any saved checkpoint (the same `evaluate_checkpoint`), so the
+learning curve in W&B and in `python -m eval.compare` starts at step 0. A PEFT model saves its adapter there
+(adapter_config.json, no config.json), which eval/serve.py serves on its base model. checkpoint-0 has no
+trainer_state.json: `common.checkpoints.last_complete_checkpoint` never resumes from it, and its step is its name's
+(`common.checkpoints.global_step`). Under DeepSpeed ZeRO-3 the weights are partitioned across ranks and step 0 is
+skipped (a printed line says how to evaluate the base model by hand). HF's `save_total_limit` rotation deletes the
+oldest checkpoints first, checkpoint-0 and its eval_results*.json included: a run that wants the whole curve leaves
+`save_total_limit` unset. `eval_on_start` also makes the Trainer compute the eval loss before the first step,
+which raises "Trainer: evaluation requires an eval_dataset." when the run has no eval split (checkpoint-0 is saved
+and its evals started first; then training stops): use it with an eval split.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -32,7 +46,8 @@ class CallbackKeys:
 
     eval_suites: list[str] = field(default_factory=list, metadata={
         "help": "Suites to run on every checkpoint: builtin:terminal, builtin:evocode, a Harbor dataset name or a "
-                "task path. Empty: no evals on save."})
+                "task path; with eval_on_start also on the model before training (checkpoint-0, step 0). Empty: no "
+                "evals on save."})
     eval_mode: str = field(default="inline", metadata={"help": "inline, subprocess or slurm"})
     eval_slurm_script: str = field(default="launch/slurm/eval.sbatch", metadata={"help": "For eval_mode slurm."})
 
@@ -97,10 +112,44 @@ class EvalOnSaveCallback(TrainerCallback):
     def _results_file(self, suite: str) -> str:
         return results_file(suite, several_suites=len(self.eval_args.eval_suites) > 1)
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        """With `eval_on_start` and a fresh run (global step 0): save the model before training into
+        output_dir/checkpoint-0 and evaluate it at step 0 (skipped under DeepSpeed ZeRO-3)."""
+        if not getattr(args, "eval_on_start", False) or state.global_step != 0:
+            return
+        if not state.is_world_process_zero or not self.eval_args.eval_suites:
+            return
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        if is_deepspeed_zero3_enabled():
+            commands = "; ".join(shlex.join(["python", "-m", "eval.run", "--checkpoint", "<base model dir>",
+                                             *self.eval_args.cli_args(suite)]) for suite in self.eval_args.eval_suites)
+            print(f"eval: step 0 (eval_on_start) skipped: under DeepSpeed ZeRO-3 the weights are partitioned across "
+                  f"ranks; evaluate the base model by hand: {commands}")
+            return
+        checkpoint = Path(args.output_dir) / "checkpoint-0"
+        try:
+            from accelerate.utils import extract_model_from_parallel
+
+            model = extract_model_from_parallel(kwargs["model"], keep_torch_compile=False)
+            model.save_pretrained(checkpoint)
+            if kwargs.get("processing_class") is not None:
+                kwargs["processing_class"].save_pretrained(checkpoint)
+        except Exception as err:  # reported like a failed eval, never fatal to training
+            for suite in self.eval_args.eval_suites:
+                self._fail(0, suite, f"could not save the initial model into {checkpoint}: "
+                                     f"{type(err).__name__}: {err}")
+            return
+        self.evaluate_checkpoint(checkpoint, 0)
+
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or not self.eval_args.eval_suites:
             return
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        self.evaluate_checkpoint(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    def evaluate_checkpoint(self, checkpoint: Path, step: int):
+        """Run every suite on `checkpoint` (logged at `step`), in the configured mode: inline it is logged now,
+        subprocess and slurm are polled (`_collect`)."""
         for suite in self.eval_args.eval_suites:
             results_path = checkpoint / self._results_file(suite)
             mode = self.eval_args.eval_mode
@@ -116,17 +165,17 @@ class EvalOnSaveCallback(TrainerCallback):
                          "--results_file", results_path.name, *self.eval_args.cli_args(suite)],
                         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True)
-                    self.pending.append(PendingEval(state.global_step, suite, results_path, time.time(), process))
+                    self.pending.append(PendingEval(step, suite, results_path, time.time(), process))
                 else:
                     job = subprocess.run(
                         ["sbatch", "--parsable", self.eval_args.eval_slurm_script],
                         cwd=REPO, capture_output=True, text=True, check=True,
                         env=dict(os.environ, CHECKPOINT=str(checkpoint), RESULTS_FILE=results_path.name,
                                  EVAL_ARGS=" ".join(self.eval_args.cli_args(suite))))
-                    self.pending.append(PendingEval(state.global_step, suite, results_path, time.time(),
+                    self.pending.append(PendingEval(step, suite, results_path, time.time(),
                                                     job_id=job.stdout.strip()))
             except Exception as err:  # a failed eval is reported, never fatal to training
-                self._fail(state.global_step, suite, f"{type(err).__name__}: {err}")
+                self._fail(step, suite, f"{type(err).__name__}: {err}")
 
     def on_log(self, args, state, control, **kwargs):
         self._collect()

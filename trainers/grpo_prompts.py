@@ -60,6 +60,10 @@ def build_grpo_prompts(args: CorpusArguments, tokenizer, max_prompt_length: int 
     """Train and eval datasets of prompts, and per-source stats; refuses bad rows unless skip_invalid."""
     from datasets import Dataset
 
+    if args.decontaminate_against:  # a CorpusArguments key the GRPO recipe does not apply: refuse, not ignore
+        raise CorpusError("decontaminate_against: applies to SFT corpora only; the GRPO recipe does not drop "
+                          "prompts. Check the prompts with `python -m trainers.data decontaminate PATH --against "
+                          "SUITE` and remove the key from the GRPO config")
     loaded = load_sources(parse_sources(args.datasets), args.split_key, args.skip_invalid,
                           lambda row, _format: prompt_record(row, default_environment))
     stats, train_rows, eval_rows = [], [], []

@@ -1,7 +1,8 @@
 """The SFT corpus: sources from the config, validated, split by group, mixed, tokenized with loss masks.
 
-Nothing is dropped or cut silently: every invalid row, truncated record, dropped record and repeated record
-is counted per source in `SourceStats`, which the run summary prints and logs.
+Nothing is dropped or cut silently: every invalid row, truncated record, dropped record, repeated record and
+record dropped as contaminated by an eval suite (`decontaminate_against`, trainers/decontaminate.py) is counted
+per source in `SourceStats`, which the run summary prints and logs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import CorpusError
+from trainers.decontaminate import Decontaminator
 from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
 from trainers.mixture import mix_by_weight, split_by_group, subsample
 from trainers.records import RecordError
@@ -32,6 +34,14 @@ class CorpusArguments:
         "help": "Records longer than max_length: 'turns' keeps the whole assistant turns that fit, 'keep_start' "
                 "cuts at max_length, 'drop' drops them. Each is counted in the summary."})
     mixture_seed: int = field(default=0, metadata={"help": "Seed of splits, fractions and weighted mixing."})
+    decontaminate_against: list[str] = field(default_factory=list, metadata={"help": (
+        "Eval suites to decontaminate against (builtin:terminal, builtin:evocode, a folder of Harbor tasks or one "
+        "task folder): records sharing an n-gram specific to one of their tasks are dropped before the split and "
+        "counted; records sharing only template n-grams (in 2+ tasks of a suite, or for a generated task in 2+ "
+        "reference instances of its family) are kept and counted. See "
+        "trainers/decontaminate.py. SFT only.")})
+    decontaminate_ngram: int = field(default=13, metadata={
+        "help": "n-gram size, in lowercase words, of the decontamination check (13: the Terminal-Universe check)."})
 
     def __post_init__(self):
         if self.truncation not in TRUNCATION_POLICIES:
@@ -43,6 +53,14 @@ class CorpusArguments:
         # on the command line: --datasets a.jsonl b.jsonl, or --datasets a.jsonl,b.jsonl
         self.datasets = [path for entry in self.datasets
                          for path in (entry.split(",") if isinstance(entry, str) else [entry]) if path]
+        if isinstance(self.decontaminate_against, str):
+            self.decontaminate_against = [self.decontaminate_against]
+        self.decontaminate_against = [suite.strip() for entry in self.decontaminate_against or []
+                                      for suite in str(entry).split(",") if suite.strip()]
+        if isinstance(self.decontaminate_ngram, bool) or not isinstance(self.decontaminate_ngram, int) \
+                or self.decontaminate_ngram < 1:
+            raise ValueError(f"decontaminate_ngram: {self.decontaminate_ngram!r} must be a whole number of words, "
+                             "at least 1 (default 13)")
 
 
 @dataclass
@@ -60,6 +78,8 @@ class SourceStats:
     repeated: int = 0
     not_sampled: int = 0  # left out by `fraction` or by a weight share smaller than the source
     below_min_reward: int = 0  # rejected by the source's min_reward (reward under it, or no reward)
+    decontaminated: int = 0  # dropped: shares an n-gram specific to one task of a `decontaminate_against` suite
+    template_overlap: int = 0  # kept: shares only template n-grams (in 2+ tasks of a suite) with those suites
     tokens: int = 0  # tokens of the train records, after truncation
     trained_tokens: int = 0
 
@@ -71,6 +91,8 @@ class SFTCorpus:
     stats: list[SourceStats]
     problems: list[str]
     drops: list[str]
+    decontaminated_against: list[str] = field(default_factory=list)  # the suites checked, when any
+    decontaminated: list[str] = field(default_factory=list)  # "origin -> suite: task" of each record dropped
 
 
 def _tokenize(records, tokenizer, template, max_length, policy, stats: SourceStats, drops: list, progress):
@@ -94,15 +116,26 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
     from tqdm.auto import tqdm
 
     template = training_chat_template(tokenizer)
+    checker = None
+    if args.decontaminate_against:  # the suites first: a bad one fails before the corpus is read
+        try:
+            checker = Decontaminator(args.decontaminate_against, args.decontaminate_ngram)
+        except CorpusError as err:
+            raise CorpusError(f"decontaminate_against: {err}") from None
     loaded = load_sources(parse_sources(args.datasets), args.split_key, args.skip_invalid)
-    stats, drops, train_parts, eval_rows = [], [], [], []
+    stats, drops, train_parts, eval_rows, decontaminated = [], [], [], [], []
     for index, item in enumerate(loaded):
         source = item.source
         stat = SourceStats(source.path, rows=item.n_rows, invalid=len(item.problems), formats=item.formats,
                            missing_split_key=item.missing_split_key,
                            below_min_reward=item.below_min_reward + item.no_reward)
-        records = subsample(item.records, source.fraction, args.mixture_seed + index)
-        stat.not_sampled = len(item.records) - len(records)
+        clean = item.records
+        if checker is not None:  # before fractions and the train/eval split: nothing contaminated is trained on
+            clean, dropped, stat.template_overlap = checker.split(item.records)
+            stat.decontaminated = len(dropped)
+            decontaminated += dropped
+        records = subsample(clean, source.fraction, args.mixture_seed + index)
+        stat.not_sampled = len(clean) - len(records)
         train, held_out = split_by_group(records, args.eval_fraction, args.mixture_seed)
 
         def progress(rows, desc=f"tokenizing {source.path}"):
@@ -129,9 +162,12 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
         stat.trained_tokens = sum(sum(row["assistant_masks"]) for row in chosen)
         train_rows += chosen
     if not train_rows:
-        raise CorpusError("no training records left after validation, splitting and truncation; see the "
-                          f"{len(drops)} dropped record(s): {drops[:3]}")
+        raise CorpusError("no training records left after validation, decontamination, splitting and truncation; "
+                          f"see the {len(drops)} dropped record(s): {drops[:3]}"
+                          + (f" and the {len(decontaminated)} contaminated one(s): {decontaminated[:3]}"
+                             if decontaminated else ""))
     columns = lambda rows: {key: [row[key] for row in rows] for key in ("input_ids", "assistant_masks")}
     return SFTCorpus(train=Dataset.from_dict(columns(train_rows)),
                      eval=Dataset.from_dict(columns(eval_rows)) if eval_rows else None,
-                     stats=stats, problems=[p for item in loaded for p in item.problems], drops=drops)
+                     stats=stats, problems=[p for item in loaded for p in item.problems], drops=drops,
+                     decontaminated_against=list(args.decontaminate_against), decontaminated=decontaminated)

@@ -35,6 +35,10 @@ def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resume
         "dropped": len(corpus.drops),
         "truncated": sum(stat.truncated for stat in corpus.stats),
         "below_min_reward": sum(stat.below_min_reward for stat in corpus.stats),
+        "decontaminated_against": corpus.decontaminated_against,  # the eval suites checked (decontaminate_against)
+        "decontaminated": sum(stat.decontaminated for stat in corpus.stats),
+        "decontaminated_records": corpus.decontaminated,
+        "template_overlap": sum(stat.template_overlap for stat in corpus.stats),
         "trained_tokens_cut": sum(stat.trained_tokens_cut for stat in corpus.stats),
         "train_records": len(corpus.train),
         "eval_records": len(corpus.eval) if corpus.eval is not None else 0,
@@ -57,14 +61,17 @@ def print_sft_summary(summary: dict) -> None:
 
     table = Table(title="records per source", title_justify="left")
     rejected = any(source.get("below_min_reward") for source in summary["sources"])  # its column only when used
-    columns = ("path", "rows", "invalid", *(("below_min_reward",) if rejected else ()), "train_records",
+    decontaminated = bool(summary.get("decontaminated_against"))  # its column only when decontamination ran
+    columns = ("path", "rows", "invalid", *(("below_min_reward",) if rejected else ()),
+               *(("decontaminated",) if decontaminated else ()), "train_records",
                "eval_records", "truncated", "dropped", "not_sampled", "repeated", "tokens", "trained_tokens")
     for column in columns:
-        table.add_column(column.replace("_records", "").replace("below_min_reward", "< min_reward").replace("_", " "),
+        table.add_column(column.replace("_records", "").replace("below_min_reward", "< min_reward")
+                         .replace("decontaminated", "contaminated").replace("_", " "),
                          justify="left" if column == "path" else "right", no_wrap=column == "path")
     for source in summary["sources"]:
         table.add_row(*(str(source[column]) for column in columns))
-    console = Console(width=155 if rejected else 140)
+    console = Console(width=140 + 15 * rejected + 15 * decontaminated)
     console.rule("[bold]SFT run summary")
     console.print(table)
     loss = summary["final_loss"]
@@ -77,6 +84,9 @@ def print_sft_summary(summary: dict) -> None:
         f"invalid skipped {summary['invalid_skipped']}  truncated {summary['truncated']} "
         f"({summary['trained_tokens_cut']:,} trained tokens cut)  dropped {summary['dropped']}"
         + (f"  below min_reward {summary['below_min_reward']}" if summary.get("below_min_reward") else ""),
+        *([f"decontaminated against {', '.join(summary['decontaminated_against'])}: {summary['decontaminated']} "
+           f"contaminated record(s) dropped; {summary['template_overlap']} with template overlap kept (shared "
+           "template n-grams only: not contamination)"] if decontaminated else []),
         f"wall {summary['wall_seconds']:.1f} s  ({summary['trained_tokens_per_second']:,.0f} trained tokens/s)"
         + (f"  resumed from {summary['resumed_from']}" if summary["resumed_from"] else ""),
         f"output dir {summary['output_dir']}  checkpoints {', '.join(summary['checkpoints']) or 'none'}",

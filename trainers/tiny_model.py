@@ -1,20 +1,32 @@
-"""The embedded tiny model: a Qwen3-architecture causal LM and a byte-level BPE tokenizer, built offline.
+"""Small Qwen3-architecture causal LMs with byte-level BPE tokenizers, built offline, untrained.
 
-`builtin:tiny-qwen3` stands for this model anywhere a model name is accepted. It is built on first use from a
-config and a tokenizer trained on the text of the bundled sample corpora, and cached under
-`$TERMINAL_RECIPES_CACHE` (default `~/.cache/terminal-recipes`). The chat template is TRL's bundled Qwen3
-template, byte for byte, so TRL recognises it (assistant-only loss, tool-call parsing) exactly as it would
-for a real Qwen3 checkpoint.
+- `builtin:tiny-qwen3` stands for the embedded default anywhere a model name is accepted. It is built on first
+  use from a config and a tokenizer trained on the text of the bundled sample corpora, and cached under
+  `$TERMINAL_RECIPES_CACHE` (default `~/.cache/terminal-recipes`).
+- `python -m trainers.tiny_model --out DIR --corpus PATH... [--preset student]` builds a model from scratch with a
+  tokenizer trained on the given corpus (JSONL files, Harbor job dirs: their agent/trajectory.json): the learning
+  run (`make learn`) trains it on teacher trajectories. The `student` preset is sized for 2 CPU cores (4 layers,
+  hidden 256, ~3.5M parameters) and pre-tokenizes so that an identifier splits the same way wherever it stands:
+  runs of letters, single digits, single punctuation characters and runs of whitespace are separate pieces, so
+  `inbox` is one token after `/`, after a space or inside a backtick, and a name in the instruction is the same
+  tokens in the command that copies it (GPT-2's pre-tokenizer glues the space to the word: ` inbox` vs `inbox`).
+
+The chat template is TRL's bundled Qwen3 template, byte for byte, so TRL recognises it (assistant-only loss,
+tool-call parsing) exactly as it would for a real Qwen3 checkpoint.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.resources
 import json
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import ConfigError
@@ -30,6 +42,30 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", 
 TOKENIZER_VOCAB_SIZE = 4096
 MODEL_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16, max_position_embeddings=32768, tie_word_embeddings=True)
+# Letters, one digit, one punctuation character, or whitespace: the pieces BPE may merge within, never across.
+IDENTIFIER_PIECES = r"[A-Za-z]+|[0-9]|\s+|[^A-Za-z0-9\s]"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model size and how its tokenizer splits text before BPE ("gpt2": GPT-2's byte-level regex;
+    "identifiers": IDENTIFIER_PIECES)."""
+
+    model_config: dict
+    vocab_size: int = TOKENIZER_VOCAB_SIZE
+    pre_tokenizer: str = "gpt2"
+    line_tokens: bool = False  # frequent whole lines of the corpus become single tokens (frequent_lines)
+    help: str = field(default="", compare=False)
+
+
+PRESETS = {
+    TINY_NAME: Preset(MODEL_CONFIG, help="the embedded default: 2 layers, hidden 64 (~0.3M parameters)"),
+    "student": Preset(dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+                           num_key_value_heads=4, head_dim=32, max_position_embeddings=8192, tie_word_embeddings=True),
+                      pre_tokenizer="identifiers", line_tokens=True,
+                      help="the learning run's student: 4 layers, hidden 256 (~3.5M parameters), identifier-stable "
+                           "tokens"),
+}
 
 
 def cache_root() -> Path:
@@ -42,20 +78,42 @@ def tokenizer_corpus_files(corpus_dir: Path = CORPUS_DIR) -> list[Path]:
     return sorted(p for p in corpus_dir.rglob("*") if p.is_file() and p.suffix in CORPUS_SUFFIXES)
 
 
+def record_texts(paths: Iterable[str | Path]) -> tuple[list[str], int]:
+    """(every string of every record, the number of records) of the corpus sources at `paths` (JSONL files, Harbor
+    job dirs, ...), read as the SFT recipe reads them (trainers/sources.py): the text the model will see, e.g. a
+    Harbor trajectory's assistant turns rebuilt as Terminus-2 JSON, not the trajectory file's own fields."""
+    from trainers.sources import Source, load_source
+
+    texts: list[str] = []
+    records = 0
+    for path in paths:
+        try:
+            loaded = load_source(Source(path=str(path)), split_key="metadata.source_trajectory_uid")
+        except (FileNotFoundError, OSError) as err:
+            raise ConfigError(f"--corpus {path}: {err}") from None
+        for record in loaded.records:
+            texts += list(_strings({"messages": record.get("messages"), "tools": record.get("tools")}))
+        records += len(loaded.records)
+    if not records:
+        raise ConfigError(f"--corpus {' '.join(map(str, paths))}: no records in it")
+    return texts, records
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield key
+            yield from _strings(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _strings(value)
+
+
 def _corpus_texts(corpus_dir: Path = CORPUS_DIR):
     """Every string in the bundled corpora (JSON values, not JSON syntax), so the BPE learns shell and prose."""
-
-    def strings(obj):
-        if isinstance(obj, str):
-            yield obj
-        elif isinstance(obj, dict):
-            for key, value in obj.items():
-                yield key
-                yield from strings(value)
-        elif isinstance(obj, list):
-            for value in obj:
-                yield from strings(value)
-
+    strings = _strings
     for path in tokenizer_corpus_files(corpus_dir):
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".jsonl":
@@ -83,33 +141,59 @@ def fingerprint(corpus_dir: Path = CORPUS_DIR) -> str:
     return digest.hexdigest()[:12]
 
 
-def _build(out: Path) -> None:
+def frequent_lines(texts: list[str], min_share: float = 0.02, min_chars: int = 8, limit: int = 2048) -> list[str]:
+    """The lines (at least `min_chars` long, no line break) found in at least `min_share` of the multi-line texts
+    and in 3 or more: an agent corpus repeats its harness's prompt and its answer format line for line, and one token per such
+    line keeps a 2,900-character Terminus-2 prompt to ~100 tokens, where words alone would need ~1,200. A line
+    with a name or a number in it is rare, so what varies keeps the identifier-stable pieces."""
+    from collections import Counter
+
+    multi_line = [text for text in texts if "\n" in text]
+    counts = Counter(line for text in multi_line for line in set(text.split("\n")) if len(line.strip()) >= min_chars)
+    floor = max(3, min_share * len(multi_line))
+    return [line for line, n in counts.most_common(limit) if n >= floor]
+
+
+def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) -> None:
+    """A tokenizer trained on `texts` and an untrained Qwen3 of the preset's size, saved into `out`."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+    texts = list(texts)
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if preset.pre_tokenizer == "identifiers":
+        bpe.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(IDENTIFIER_PIECES), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     bpe.train_from_iterator(
-        _corpus_texts(),
-        trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+        texts,
+        trainers.BpeTrainer(vocab_size=preset.vocab_size, special_tokens=SPECIAL_TOKENS,
                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
     )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                         additional_special_tokens=SPECIAL_TOKENS[1:])
+    if preset.line_tokens:  # matched before pre-tokenization, as literal text; decoded back verbatim
+        tokenizer.add_tokens([AddedToken(line, normalized=False, special=False) for line in frequent_lines(texts)])
     # TRL's own Qwen3 template, byte-exact: TRL then maps it to its training twin with {% generation %} markers.
     tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
-    tokenizer.model_max_length = MODEL_CONFIG["max_position_embeddings"]
+    tokenizer.model_max_length = preset.model_config["max_position_embeddings"]
     tokenizer.save_pretrained(out)
 
     config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **MODEL_CONFIG)
-    torch.manual_seed(0)
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **preset.model_config)
+    torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out)
+
+
+def _build(out: Path) -> None:
+    build_model(out, _corpus_texts(), PRESETS[TINY_NAME])
 
 
 def tiny_model_path() -> Path:
@@ -140,3 +224,38 @@ def resolve_model(name_or_path: str) -> str:
                              f"'{BUILTIN_PREFIX}{TINY_NAME}' (or give a Hugging Face name or a local path)")
         return str(tiny_model_path())
     return name_or_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainers.tiny_model", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="the model folder to write (replaced if it exists)")
+    parser.add_argument("--corpus", required=True, nargs="+", help="JSONL files or Harbor job dirs to train the "
+                        "tokenizer on")
+    parser.add_argument("--preset", default="student", choices=sorted(PRESETS),
+                        help="; ".join(f"{name}: {p.help}" for name, p in PRESETS.items()) + " (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        texts, records = record_texts(args.corpus)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(dir=args.out.parent if args.out.parent.is_dir() else None, prefix=".build-"))
+    try:
+        build_model(tmp, texts, PRESETS[args.preset], seed=args.seed)
+        shutil.rmtree(args.out, ignore_errors=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(tmp), args.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    from transformers import AutoConfig, AutoTokenizer
+
+    config, tokenizer = AutoConfig.from_pretrained(args.out), AutoTokenizer.from_pretrained(args.out)
+    print(f"built {args.preset} in {args.out}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+          f"vocab {len(tokenizer)} (tokenizer trained on {records} records), seed {args.seed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

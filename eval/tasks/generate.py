@@ -165,7 +165,10 @@ def csv_column(rng: random.Random) -> Instance:
                     f"of its `{header[col]}` column, one per line in file order and without the header, to "
                     f"`/app/{header[col]}.txt`.",
         files={f"{name}.csv": csv},
-        solve=[f"tail -n +2 {name}.csv | cut -d, -f{col + 1} > {header[col]}.txt"],
+        # by the column's name, not its position: the instruction does not say where the column is, and a solution
+        # (a teacher's, a student's) that follows from the instruction alone needs no look at the file first
+        solve=[f"awk -F, -v col={header[col]} 'NR == 1 {{for (i = 1; i <= NF; i++) if ($i == col) c = i; next}} "
+               f"{{print $c}}' {name}.csv > {header[col]}.txt"],
         checks=[_file_is(f"{header[col]}.txt", expected)], category="data-processing")
 
 
@@ -225,6 +228,9 @@ difficulty = "easy"
 category = "{category}"
 tags = ["procedural", "{family}"]
 author_name = "terminal-recipes"
+family = "{family}"
+seed = {seed}
+index = {index}
 
 [verifier]
 timeout_sec = 60.0
@@ -273,6 +279,24 @@ def write_task(out: Path, family: str, seed: int, index: int) -> Path:
            "cd \"${APP_DIR:-/app}\" || ok=0\n" + checks
            + "echo \"$ok\" > \"$LOGS/verifier/reward.txt\"\necho \"reward=$ok\"\n", 0o755)
     return task
+
+
+def task_seeds(path: str | Path) -> dict[int, int]:
+    """{seed: number of tasks} of the generated tasks in a folder of task folders (or one task folder), read from
+    their task.toml [metadata]; tasks that were not generated here are not counted."""
+    import tomllib
+
+    root = Path(path)
+    folders = [root] if (root / "task.toml").is_file() else sorted(p for p in root.iterdir() if p.is_dir())
+    seeds: dict[int, int] = {}
+    for folder in folders:
+        try:
+            seed = tomllib.loads((folder / "task.toml").read_text()).get("metadata", {}).get("seed")
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(seed, int):
+            seeds[seed] = seeds.get(seed, 0) + 1
+    return seeds
 
 
 def generate(out: Path, seed: int, n: int, families: list[str] | None = None) -> list[Path]:

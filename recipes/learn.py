@@ -1,0 +1,185 @@
+"""The learning run: teacher trajectories -> SFT of a small model from scratch -> the held-out pass rate rises.
+
+    make learn                                   # = python recipes/learn.py
+    python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
+                            [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
+
+Everything lands in the SFT config's output_dir (outputs/learn), replaced on each run:
+  tasks/train, tasks/heldout   procedural Harbor tasks (eval/tasks/generate.py), train and eval seeds disjoint
+  teacher/                     Terminus-2 driven by the scripted teacher on every train task (eval/scripted_teacher.py)
+  student-init/                the untrained student, its tokenizer trained on the teacher trajectories
+  checkpoint-N/                SFT checkpoints (recipes/sft.py with the config), each evaluated on tasks/heldout with
+                               Terminus-2, step 0 included (eval_on_start), logged into the run as eval/<suite>/*
+  eval_results_*.json          the final model on tasks/train-sample (the first --overfit_tasks train instances:
+                               the overfit check of the whole pipeline)
+  curve.png, learn_summary.json  eval.compare's plot; seeds, counts, overlap report, scores and timings
+The config names these paths (datasets, model_name_or_path, eval_suites) so that `accelerate launch
+recipes/sft.py --config configs/sft/learn.yaml` reruns the SFT step alone; this recipe checks they agree.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn.py), like the other recipes under accelerate
+
+from common.errors import ConfigError  # noqa: E402
+from eval import settings as eval_settings  # noqa: E402
+from eval.compare import collect, plot, print_table  # noqa: E402
+from eval.results import results_file  # noqa: E402
+from eval.tasks.generate import FAMILIES, generate, task_seeds  # noqa: E402
+from trainers.recipe_config import exit_on_user_error  # noqa: E402
+
+DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python recipes/learn.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the SFT config (default: %(default)s)")
+    parser.add_argument("--train_seed", type=int, default=1, help="seed of the train instances (default: %(default)s)")
+    parser.add_argument("--train_tasks", type=int, default=400, help="train instances (default: %(default)s)")
+    parser.add_argument("--eval_seed", type=int, default=1001, help="seed of the held-out instances (default: %(default)s)")
+    parser.add_argument("--eval_tasks", type=int, default=30, help="held-out instances (default: %(default)s)")
+    parser.add_argument("--overfit_tasks", type=int, default=30, help="train instances the final model is scored on "
+                        "(0: none; default: %(default)s)")
+    parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
+    parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
+    parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
+    parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
+    return parser.parse_args(argv)
+
+
+def layout(config_path: Path) -> tuple[dict, Path]:
+    """The config and its output_dir, after checking that its paths are the ones this recipe writes."""
+    try:
+        config = yaml.safe_load(config_path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"--config {config_path}: {err}") from None
+    out = Path(config.get("output_dir") or "")
+    if not str(out) or str(out) == ".":
+        raise ConfigError(f"{config_path}: output_dir is missing; the learning run writes everything under it")
+    expected = {"model_name_or_path": str(out / "student-init"), "datasets": str(out / "teacher"),
+                "eval_suites": str(out / "tasks" / "heldout")}
+    given = {"model_name_or_path": str(config.get("model_name_or_path")),
+             "datasets": str((config.get("datasets") or [{}])[0].get("path") if isinstance((config.get("datasets") or [None])[0], dict)
+                             else (config.get("datasets") or [None])[0]),
+             "eval_suites": str((config.get("eval_suites") or [None])[0])}
+    for key, want in expected.items():
+        if Path(given[key]) != Path(want):
+            raise ConfigError(f"{config_path}: {key} is {given[key]!r}; the learning run writes {want!r} there "
+                              f"(set it to that, or change output_dir)")
+    return config, out
+
+
+def stage(name: str, timings: dict):
+    """Print a stage header; returns a function that records its duration."""
+    print(f"\n=== learn: {name}", flush=True)
+    started = time.monotonic()
+    return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    config, out = layout(args.config)
+    if args.train_seed == args.eval_seed:
+        raise ConfigError(f"--train_seed and --eval_seed are both {args.train_seed}: held-out instances must come from "
+                          "a seed never used in training")
+    families = [f for f in args.families.split(",") if f] if args.families else list(FAMILIES)
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    shutil.rmtree(out, ignore_errors=True)  # a learning run starts from nothing: no resume, no stale checkpoints
+
+    done = stage("tasks", timings)
+    generate(out / "tasks" / "train", args.train_seed, args.train_tasks, families)
+    generate(out / "tasks" / "heldout", args.eval_seed, args.eval_tasks, families)
+    if args.overfit_tasks:  # the same (seed, index) pairs: byte-identical to the first train instances
+        generate(out / "tasks" / "train-sample", args.train_seed, min(args.overfit_tasks, args.train_tasks), families)
+    done()
+
+    done = stage("teacher trajectories (scripted teacher, Terminus-2 in the local sandbox)", timings)
+    from eval.scripted_teacher import collect as collect_teacher
+
+    teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency)
+    done()
+
+    done = stage("student model (untrained; tokenizer from the teacher trajectories)", timings)
+    from trainers.tiny_model import main as build_student
+
+    if build_student(["--out", str(out / "student-init"), "--corpus", str(out / "teacher"), "--preset", "student"]):
+        raise ConfigError(f"could not build the student from {out / 'teacher'} (see above)")
+    done()
+
+    done = stage("SFT (recipes/sft.py), every checkpoint evaluated on the held-out tasks", timings)
+    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
+               "recipes/sft.py", "--config", str(args.config), *args.sft_args]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO, check=True)
+    sft = json.loads((out / "run_summary.json").read_text())
+    done()
+
+    from trainers.eval_callback import EvalArguments
+
+    eval_keys = EvalArguments(**{k: v for k, v in config.items() if k in EvalArguments.__dataclass_fields__})
+    overfit = None
+    if args.overfit_tasks:
+        done = stage("overfit check: the final model on train instances", timings)
+        from eval.run import evaluate
+
+        suite = str(out / "tasks" / "train-sample")
+        overfit = evaluate(str(out), eval_settings.from_recipe(eval_keys, suite), results_file(suite, several_suites=True))
+        done()
+
+    done = stage("curve (eval.compare)", timings)
+    rows = collect([out])
+    print_table(rows)
+    plot(rows, out / "curve.png")
+    done()
+
+    heldout = str(out / "tasks" / "heldout")
+    curve = [(row["step"], row["metrics"].get("mean_reward")) for row in rows
+             if row["suite"] == heldout and row["checkpoint"] != "final"]
+    reproduce = " ".join(["python -m eval.run --checkpoint", str(out),
+                          *eval_settings.to_cli_args(eval_settings.from_recipe(eval_keys, "NEW_TASKS"))])
+    summary = {
+        "train_seeds": task_seeds(out / "tasks" / "train"), "eval_seeds": task_seeds(out / "tasks" / "heldout"),
+        "families": families, "teacher": {"trials": teacher["metrics"].get("n_trials"),
+                                          "solved": teacher["metrics"].get("mean_reward"),
+                                          "job": teacher["harbor_job_dir"]},
+        "heldout_curve": curve, "overfit_mean_reward": overfit["metrics"].get("mean_reward") if overfit else None,
+        "overlap": {key: sft.get(key) for key in ("decontaminated_against", "decontaminated", "template_overlap")},
+        "sft": {key: sft.get(key) for key in ("train_records", "eval_records", "global_step", "final_loss",
+                                              "trained_tokens", "wall_seconds")},
+        "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
+        "reproduce": f"python -m eval.tasks.generate --out NEW_TASKS --seed S --n N && {reproduce}",
+    }
+    (out / "learn_summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n=== learn: done in {summary['total_s'] / 60:.1f} min ("
+          + ", ".join(f"{name.split(' (')[0]} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
+    print(f"train seeds {summary['train_seeds']} ({args.train_tasks} tasks, teacher solved {summary['teacher']['solved']}); "
+          f"held-out seeds {summary['eval_seeds']} ({args.eval_tasks} tasks); families {','.join(families)}")
+    print(f"overlap with {', '.join(summary['overlap']['decontaminated_against'] or ['(not checked)'])}: "
+          f"{summary['overlap']['decontaminated']} contaminated records dropped, {summary['overlap']['template_overlap']} "
+          "share only the family templates (held out means new values)")
+    print("held-out pass rate by step: " + ", ".join(f"{step}: {score}" for step, score in curve))
+    if overfit:
+        print(f"final model on {min(args.overfit_tasks, args.train_tasks)} train instances: "
+              f"{overfit['metrics'].get('mean_reward')}")
+    print(f"curve {out / 'curve.png'}, summary {out / 'learn_summary.json'}; score new held-out instances with:\n  "
+          + summary["reproduce"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The learning run end to end (recipes/learn.py), small: generated tasks -> scripted-teacher trajectories -> the
+student built from them -> SFT with every checkpoint (step 0 included) scored on held-out instances -> the overfit
+check -> eval.compare's curve. The scores are reported, not asserted: a few steps on a dozen tasks teach nothing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_config(tmp_path: Path, **overrides) -> Path:
+    """configs/sft/learn.yaml with its paths under tmp_path and a few steps."""
+    config = yaml.safe_load((REPO / "configs" / "sft" / "learn.yaml").read_text())
+    out = tmp_path / "learn"
+    config.update(output_dir=str(out), model_name_or_path=str(out / "student-init"),
+                  datasets=[{"path": str(out / "teacher"), "min_reward": 1.0}],
+                  eval_suites=[str(out / "tasks" / "heldout")], decontaminate_against=[str(out / "tasks" / "heldout")], report_to=[], num_train_epochs=1, eval_fraction=0.25,
+                  save_steps=3, eval_steps=3, logging_steps=1, max_steps=6, eval_max_turns=2, eval_max_tokens=48,
+                  # an untrained model never stops: Terminus-2 retries each truncated answer until the agent timeout
+                  eval_timeout_multiplier=0.1,
+                  **overrides)
+    path = tmp_path / "learn.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_learning_run_end_to_end(tmp_path):
+    config = small_config(tmp_path)
+    out = tmp_path / "learn"
+    run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
+                          "--eval_tasks", "2", "--overfit_tasks", "1", "--families", "write-value,count-lines",
+                          "--teacher_concurrency", "4", "--train_seed", "3", "--eval_seed", "7"],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((out / "learn_summary.json").read_text())
+    print(json.dumps({k: summary[k] for k in ("heldout_curve", "overfit_mean_reward", "timings_s")}))
+    assert summary["train_seeds"] == {"3": 12} and summary["eval_seeds"] == {"7": 2}
+    assert summary["teacher"]["trials"] == 12 and summary["teacher"]["solved"] == 1.0
+    steps = [step for step, _ in summary["heldout_curve"]]
+    assert steps[0] == 0 and steps[-1] == 6 and 3 in steps  # step 0, every save, the last step
+    assert all(isinstance(score, float) and 0 <= score <= 1 for _, score in summary["heldout_curve"])
+    assert isinstance(summary["overfit_mean_reward"], float)
+    assert (out / "checkpoint-0" / "model.safetensors").is_file() and (out / "curve.png").stat().st_size > 0
+    # the corpus's overlap with the held-out instances: the family template only, not contamination
+    assert summary["overlap"]["decontaminated_against"] == [str(out / "tasks" / "heldout")]
+    assert summary["overlap"]["decontaminated"] == 0 and summary["overlap"]["template_overlap"] == 12
+    assert "held-out pass rate by step: 0: " in run.stdout
+
+
+def test_learning_run_refuses_a_config_whose_paths_differ(tmp_path):
+    config = small_config(tmp_path, model_name_or_path="somewhere/else")
+    run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "model_name_or_path is 'somewhere/else'" in run.stderr and "student-init" in run.stderr
+
+
+def test_learning_run_refuses_overlapping_seeds(tmp_path):
+    run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(small_config(tmp_path)),
+                          "--train_seed", "5", "--eval_seed", "5"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "never used in training" in run.stderr

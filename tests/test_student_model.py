@@ -1,0 +1,59 @@
+"""The learning run's student (trainers/tiny_model.py --preset student): a tokenizer under which an identifier is
+the same tokens wherever it stands, whose frequent harness lines are one token each, and that decodes losslessly."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student") / "model"
+    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(out), "--corpus",
+                          "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "built student" in run.stdout
+    from transformers import AutoConfig, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out)
+
+
+def test_identifiers_split_the_same_everywhere(student):
+    tokenizer, _ = student
+
+    def pieces(text):
+        return tokenizer.convert_ids_to_tokens(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    name = pieces("inbox/saffron_2024.log")
+    for context in ("wc -l < inbox/saffron_2024.log > x", "`/app/inbox/saffron_2024.log`", "\"inbox/saffron_2024.log\\n\""):
+        tokens = pieces(context)
+        assert any(tokens[i:i + len(name)] == name for i in range(len(tokens))), (context, tokens, name)
+    # digits one by one: a number is copied digit by digit, whatever its neighbours
+    assert pieces("x 12345") [-5:] == ["1", "2", "3", "4", "5"]
+
+
+def test_frequent_lines_are_single_tokens_and_text_round_trips(student):
+    tokenizer, config = student
+    from trainers.tiny_model import frequent_lines, record_texts
+
+    texts, records = record_texts([REPO / "data/sft/terminus2_conversations.jsonl"])
+    lines = frequent_lines(texts)
+    assert records > 0 and lines
+    for line in lines[:20]:
+        assert len(tokenizer(line, add_special_tokens=False)["input_ids"]) == 1, line
+    row = json.loads((REPO / "data/sft/terminus2_conversations.jsonl").read_text().splitlines()[0])
+    text = json.dumps(row)
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    assert config.num_hidden_layers == 4 and config.hidden_size == 256 and config.vocab_size == len(tokenizer)
+
+
+def test_a_missing_corpus_is_one_clear_error(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(tmp_path / "m"), "--corpus",
+                          str(tmp_path / "nope.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.startswith("error: --corpus") and "nope.jsonl" in run.stderr
