@@ -3,11 +3,13 @@
     make learn                                   # = python recipes/learn.py
     python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
+                            [--copy_steps N]
 
 Everything lands in the SFT config's output_dir (outputs/learn), replaced on each run:
   tasks/train, tasks/heldout   procedural Harbor tasks (eval/tasks/generate.py), train and eval seeds disjoint
   teacher/                     Terminus-2 driven by the scripted teacher on every train task (eval/scripted_teacher.py)
-  student-init/                the untrained student, its tokenizer trained on the teacher trajectories
+  student-init/                the student before SFT: random init, copy-pretrained on synthetic repeated spans (no
+                               task text), its tokenizer trained on the teacher trajectories
   checkpoint-N/                SFT checkpoints (recipes/sft.py with the config), each evaluated on tasks/heldout with
                                Terminus-2, step 0 included (eval_on_start), logged into the run as eval/<suite>/*
   eval_results_*.json          the final model on tasks/train-sample (the first --overfit_tasks train instances:
@@ -52,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(0: none; default: %(default)s)")
     parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
     parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
+    parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps of the student (default: the "
+                        "student preset's, trainers/tiny_model.py)")
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
     return parser.parse_args(argv)
@@ -114,10 +118,12 @@ def main(argv=None) -> int:
     teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency)
     done()
 
-    done = stage("student model (untrained; tokenizer from the teacher trajectories)", timings)
-    from trainers.tiny_model import main as build_student
+    done = stage("student model (copy-pretrained; tokenizer from the teacher trajectories)", timings)
+    from trainers.tiny_model import COPY_PRETRAINING_FILE, main as build_student
 
-    if build_student(["--out", str(out / "student-init"), "--corpus", str(out / "teacher"), "--preset", "student"]):
+    copy_steps = [] if args.copy_steps is None else ["--copy_steps", str(args.copy_steps)]
+    if build_student(["--out", str(out / "student-init"), "--corpus", str(out / "teacher"), "--preset", "student",
+                      *copy_steps]):
         raise ConfigError(f"could not build the student from {out / 'teacher'} (see above)")
     done()
 
@@ -157,6 +163,7 @@ def main(argv=None) -> int:
         "families": families, "teacher": {"trials": teacher["metrics"].get("n_trials"),
                                           "solved": teacher["metrics"].get("mean_reward"),
                                           "job": teacher["harbor_job_dir"]},
+        "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
         "heldout_curve": curve, "overfit_mean_reward": overfit["metrics"].get("mean_reward") if overfit else None,
         "overlap": {key: sft.get(key) for key in ("decontaminated_against", "decontaminated", "template_overlap")},
         "sft": {key: sft.get(key) for key in ("train_records", "eval_records", "global_step", "final_loss",
@@ -172,6 +179,9 @@ def main(argv=None) -> int:
     print(f"overlap with {', '.join(summary['overlap']['decontaminated_against'] or ['(not checked)'])}: "
           f"{summary['overlap']['decontaminated']} contaminated records dropped, {summary['overlap']['template_overlap']} "
           "share only the family templates (held out means new values)")
+    if summary["student_copy_pretraining"]:
+        print("student copy pretraining: {steps} steps, copy accuracy {copy_accuracy}".format(
+            **summary["student_copy_pretraining"]))
     print("held-out pass rate by step: " + ", ".join(f"{step}: {score}" for step, score in curve))
     if overfit:
         print(f"final model on {min(args.overfit_tasks, args.train_tasks)} train instances: "
@@ -179,6 +189,10 @@ def main(argv=None) -> int:
     print(f"curve {out / 'curve.png'}, summary {out / 'learn_summary.json'}; score new held-out instances with:\n  "
           + summary["reproduce"])
     return 0
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 if __name__ == "__main__":

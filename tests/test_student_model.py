@@ -1,5 +1,6 @@
 """The learning run's student (trainers/tiny_model.py --preset student): a tokenizer under which an identifier is
-the same tokens wherever it stands, whose frequent harness lines are one token each, and that decodes losslessly."""
+the same tokens wherever it stands, whose frequent harness lines are one token each, and that decodes losslessly;
+copy pretraining that takes the random model from copying nothing to copying spans."""
 
 import json
 import subprocess
@@ -15,17 +16,18 @@ REPO = Path(__file__).resolve().parents[1]
 def student(tmp_path_factory):
     out = tmp_path_factory.mktemp("student") / "model"
     run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(out), "--corpus",
-                          "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl"],
+                          "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl", "--copy_steps", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "built student" in run.stdout
+    assert "built student" in run.stdout and "copy pretraining" not in run.stdout
+    assert not (out / "copy_pretraining.json").exists()
     from transformers import AutoConfig, AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out)
+    return AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out), out
 
 
 def test_identifiers_split_the_same_everywhere(student):
-    tokenizer, _ = student
+    tokenizer, _, _ = student
 
     def pieces(text):
         return tokenizer.convert_ids_to_tokens(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -39,7 +41,7 @@ def test_identifiers_split_the_same_everywhere(student):
 
 
 def test_frequent_lines_are_single_tokens_and_text_round_trips(student):
-    tokenizer, config = student
+    tokenizer, config, _ = student
     from trainers.tiny_model import frequent_lines, record_texts
 
     texts, records = record_texts([REPO / "data/sft/terminus2_conversations.jsonl"])
@@ -57,3 +59,25 @@ def test_a_missing_corpus_is_one_clear_error(tmp_path):
     run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(tmp_path / "m"), "--corpus",
                           str(tmp_path / "nope.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.startswith("error: --corpus") and "nope.jsonl" in run.stderr
+
+
+@pytest.mark.slow
+def test_copy_pretraining_teaches_the_random_model_to_copy(student, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainers.tiny_model import pretrain_copy
+
+    tokenizer, _, random_model = student
+    torch.manual_seed(0)
+    before = pretrain_copy(AutoModelForCausalLM.from_pretrained(random_model), tokenizer, steps=0)
+    assert before < 0.05  # chance over the word pieces: a random model copies nothing
+
+    out = tmp_path / "copying"
+    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(out), "--corpus",
+                          "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl", "--copy_steps", "200"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads((out / "copy_pretraining.json").read_text())
+    assert record["steps"] == 200 and record["copy_accuracy"] >= 0.9, record
+    assert f"copy accuracy {record['copy_accuracy']:.3f}" in run.stdout
