@@ -1,0 +1,162 @@
+"""Harbor tasks as TRL environments (trainers/task_env.py), in the real local sandbox: the task's tests are the reward,
+infrastructure failures are not scores (None) and are counted by kind, limits end episodes, and no sandbox outlives
+its episode or a killed trainer."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from eval.tasks.generate import write_task
+from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    return {family: write_task(root, family, 5, i) for i, family in enumerate(["write-value", "count-lines"])}
+
+
+def oracle_commands(task: Path) -> list[str]:
+    lines = (task / "solution" / "solve.sh").read_text().splitlines()
+    return [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
+
+
+def test_the_oracle_scores_1_and_doing_nothing_scores_0(tasks):
+    stats = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(), stats)
+    for family, task in tasks.items():
+        env.reset(task_dir=str(task), prompt=[{"role": "user", "content": "..."}])
+        for command in oracle_commands(task):
+            assert "[exit code" not in env.bash(command), command
+        assert env.verify() == 1.0, family
+        assert env.verify() == 1.0  # verified once, the sandbox already stopped
+        env.reset(task_dir=str(task))
+        assert env.bash("pwd") == "/app\n"
+        assert env.verify() == 0.0
+    summary = stats.as_dict()
+    assert summary["episodes"] == 4 and summary["scored"] == 4 and summary["passed"] == 2
+    assert summary["masked"] == 0 and summary["sandbox_start_seconds_mean"] is not None
+
+
+def test_a_reward_the_agent_writes_itself_does_not_count(tasks):
+    env = TaskEnvironment()
+    env.reset(task_dir=str(tasks["write-value"]))
+    env.bash("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > "
+             "/logs/verifier/reward.json")
+    assert env.verify() == 0.0
+
+
+def broken_copy(task: Path, tmp_path: Path, *, dockerfile: str | None = None, test_sh: str | None = None) -> Path:
+    copy = tmp_path / task.name
+    shutil.copytree(task, copy)
+    if dockerfile is not None:
+        (copy / "environment" / "Dockerfile").write_text(dockerfile)
+    if test_sh is not None:
+        (copy / "tests" / "test.sh").write_text(test_sh)
+    return copy
+
+
+@pytest.mark.parametrize("kind, dockerfile, test_sh", [
+    ("sandbox_start", "FROM debian\nWORKDIR /app\nRUN exit 3\n", None),
+    ("verifier_error", None, "#!/bin/bash\necho 'the runner crashed before writing a reward'\nexit 1\n"),
+    ("verifier_error", None, "#!/bin/bash\nmkdir -p /logs/verifier && echo maybe > /logs/verifier/reward.txt\n"),
+])
+def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path, kind, dockerfile, test_sh):
+    stats = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(), stats)
+    env.reset(task_dir=str(broken_copy(tasks["write-value"], tmp_path, dockerfile=dockerfile, test_sh=test_sh)))
+    if kind == "sandbox_start":
+        assert "not scored" in env.bash("ls")
+    assert env.verify() is None
+    summary = stats.as_dict()
+    assert summary["masked_by_kind"] == {kind: 1} and summary["scored"] == 0 and summary["pass_rate"] is None
+
+
+def test_a_verifier_past_its_timeout_is_not_a_score(tasks, tmp_path):
+    task = broken_copy(tasks["write-value"], tmp_path, test_sh="#!/bin/bash\nsleep 30\n")
+    toml = (task / "task.toml").read_text().replace("timeout_sec = 60.0", "timeout_sec = 1.0", 1)
+    (task / "task.toml").write_text(toml)
+    stats = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(), stats)
+    env.reset(task_dir=str(task))
+    assert env.verify() is None and stats.as_dict()["masked_by_kind"] == {"verifier_timeout": 1}
+
+
+def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
+    stats = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(max_output_chars=300, command_timeout_sec=1, episode_wall_sec=4), stats)
+    env.reset(task_dir=str(tasks["write-value"]))
+    long = env.bash("seq 1 5000")
+    assert len(long) < 400 and long.startswith("1\n2\n") and long.rstrip().endswith("5000") and "cut" in long
+    assert "killed" in env.bash("sleep 5")
+    assert "[exit code 3]" in env.bash("exit 3")
+    time.sleep(3.5)
+    assert "time limit" in env.bash("ls")
+    assert env.verify() == 0.0  # limit_outcome "zero": ended by the limit, scored
+    summary = stats.as_dict()
+    assert summary["tool_calls"] == 3 and summary["tool_errors"] == 2 and summary["ended_by_limit"] == 1
+
+    masked = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(episode_wall_sec=0.5, limit_outcome="mask"), masked)
+    env.reset(task_dir=str(tasks["write-value"]))
+    time.sleep(0.6)
+    assert "time limit" in env.bash("ls")
+    assert env.verify() is None and masked.as_dict()["masked_by_kind"] == {"episode_wall_sec": 1}
+
+
+def test_bad_limits_are_refused():
+    with pytest.raises(ValueError, match="limit_outcome"):
+        EpisodeLimits(limit_outcome="skip")
+    with pytest.raises(ValueError, match="episode_wall_sec"):
+        EpisodeLimits(episode_wall_sec=0)
+
+
+KILLED_TRAINER = textwrap.dedent("""
+    import os, signal, sys
+    from trainers.task_env import TaskEnvironment
+    envs = [TaskEnvironment() for _ in range(2)]
+    for env in envs:
+        env.reset(task_dir=sys.argv[1])
+        env.bash("sleep 600 > /dev/null 2>&1 &")
+    print(" ".join(str(env._box.sandbox._init_pid) for env in envs), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_no_sandbox_outlives_its_episode_or_a_killed_trainer(tasks):
+    env = TaskEnvironment()
+    env.reset(task_dir=str(tasks["count-lines"]))
+    pid = env._box.sandbox._init_pid
+    env.bash("sleep 600 > /dev/null 2>&1 &")
+    env.verify()
+    assert _gone(pid), "the sandbox outlived its verified episode"
+
+    run = subprocess.run([sys.executable, "-c", KILLED_TRAINER, str(tasks["count-lines"])], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 2 and all(_gone(p) for p in pids), "a sandbox outlived the killed trainer"
+    leftovers = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout.split()
+    assert [p for p in leftovers if int(p) != os.getpid()] == []
+
+
+def _gone(pid: int, wait: float = 30.0) -> bool:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,268 @@
+"""Harbor task folders as TRL environments: one episode is one task in a fresh local sandbox, the policy's `bash`
+tool calls run in it, and the task's own tests are the reward.
+
+Runs in: the training venv (Python 3.11). It drives the standard-library sandbox core (sandbox/) directly, so the
+trainer needs no Harbor (Python >= 3.12) and no server between it and the sandboxes.
+
+    env = TaskEnvironment(EpisodeLimits(), EpisodeStats())   # GRPOTrainer(environment_factory=...) builds these
+    env.reset(task_dir="eval/tasks/generated/write-value-1-0")  # the dataset row's columns
+    env.bash("ls")                                           # a tool call of the policy: output back to it
+    env.verify()                                             # 1.0 / 0.0, or None: not scored (see below)
+
+TRL's `GRPOTrainer(environment_factory=...)` makes every public method a tool the model can call: `bash` is the only
+one; everything else is private or is named `reset`/`get_reward`, which TRL calls itself. TRL never closes an
+environment, so each episode's sandbox is stopped when the episode is verified, when the next one starts, at
+exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this process).
+
+Three outcomes of an episode (the design's rule: an infrastructure failure is never a score):
+- scored: the verifier's reward (`/logs/verifier/reward.json` "reward", else `reward.txt`);
+- ended by a limit (`episode_wall_sec`): 0, or not scored with `limit_outcome: mask`;
+- infrastructure failure, not scored (None: TRL keeps the rollout out of the group's mean and std, and its
+  advantage is 0), counted by kind: `sandbox_start` (the sandbox or the task's Dockerfile replay failed),
+  `sandbox_error` (the sandbox died or failed under a command), `verifier_error` (the tests wrote no reward or
+  crashed), `verifier_timeout`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+import time
+import tomllib
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbox import BlockingSandbox, SandboxConfig, SandboxError
+from sandbox.errors import SandboxExecTimeoutError
+
+INFRA_KINDS = ("sandbox_start", "sandbox_error", "verifier_error", "verifier_timeout")
+LIMIT_OUTCOMES = ("zero", "mask")
+
+
+@dataclass
+class EpisodeLimits:
+    """What one episode may use. Turns and tokens are TRL's (`max_tool_calling_iterations`,
+    `max_completion_length`); these are the sandbox's."""
+
+    command_timeout_sec: float = 30.0      # one bash call; past it the command is killed and the model told so
+    episode_wall_sec: float = 300.0        # the whole episode; later calls are refused and the episode ends
+    max_output_chars: int = 2000           # of one call's output returned to the model (head and tail kept)
+    limit_outcome: str = "zero"            # an episode ended by episode_wall_sec: "zero" (scored 0) or "mask"
+    memory_mb: int = 1024
+    storage_mb: int = 1024
+
+    def __post_init__(self):
+        if self.limit_outcome not in LIMIT_OUTCOMES:
+            raise ValueError(f"limit_outcome {self.limit_outcome!r}: one of {', '.join(LIMIT_OUTCOMES)}")
+        for key in ("command_timeout_sec", "episode_wall_sec", "max_output_chars", "memory_mb", "storage_mb"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be positive, not {getattr(self, key)!r}")
+
+
+@dataclass
+class EpisodeStats:
+    """Counts over every episode of a run (shared by all environments of the trainer's pool; thread-safe)."""
+
+    episodes: int = 0
+    scored: int = 0
+    passed: int = 0
+    masked_by_kind: Counter = field(default_factory=Counter)
+    ended_by_limit: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0                   # calls that timed out or exited non-zero
+    start_seconds: list = field(default_factory=list)
+    verify_seconds: list = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts):
+        with self._lock:
+            for key, value in counts.items():
+                setattr(self, key, getattr(self, key) + value)
+
+    def mask(self, kind: str):
+        with self._lock:
+            self.masked_by_kind[kind] += 1
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            mean = (lambda xs: round(sum(xs) / len(xs), 3) if xs else None)
+            return {"episodes": self.episodes, "scored": self.scored, "passed": self.passed,
+                    "pass_rate": round(self.passed / self.scored, 4) if self.scored else None,
+                    "masked": sum(self.masked_by_kind.values()), "masked_by_kind": dict(self.masked_by_kind),
+                    "ended_by_limit": self.ended_by_limit, "tool_calls": self.tool_calls,
+                    "tool_errors": self.tool_errors, "sandbox_start_seconds_mean": mean(self.start_seconds),
+                    "verify_seconds_mean": mean(self.verify_seconds)}
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for env in list(_LIVE):
+        env._close()
+
+
+class TaskEnvironment:
+    """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, `verify()`."""
+
+    def __init__(self, limits: EpisodeLimits | None = None, stats: EpisodeStats | None = None):
+        self._limits = limits or EpisodeLimits()
+        self._stats = stats or EpisodeStats()
+        self._box: BlockingSandbox | None = None
+        self._task: Path | None = None
+        self._failure: str | None = None   # an INFRA_KINDS entry once the episode cannot be scored
+        self._limited = False
+        self._started = 0.0
+        self._turns = 0
+        self._errors = 0
+        self._result: float | None = None
+        self._verified = False
+        _LIVE.add(self)
+
+    # --- what TRL calls -------------------------------------------------------------------------------------
+    def reset(self, **row) -> None:
+        """Start the episode of the row's task: a fresh sandbox with the task's Dockerfile replayed."""
+        self._close()
+        self._task, self._failure, self._limited = Path(row["task_dir"]), None, False
+        self._turns = self._errors = 0
+        self._result, self._verified = None, False
+        self._stats.add(episodes=1)
+        started = time.monotonic()
+        workdir = _task_toml(self._task).get("environment", {}).get("workdir")
+        config = SandboxConfig(environment_dir=self._task / "environment", workdir=workdir,
+                               memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
+                               wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
+        box = BlockingSandbox(config)
+        try:
+            box.start()
+        except (SandboxError, OSError) as err:
+            box.close()
+            self._fail("sandbox_start", err)
+            return None
+        self._box = box
+        self._started = time.monotonic()
+        self._stats.start_seconds.append(self._started - started)
+        return None
+
+    def bash(self, command: str) -> str:
+        """Run a command line with bash in the task's Linux sandbox and return what it printed.
+
+        Every call starts a new shell in the task's working directory (/app for most tasks): `cd` does not carry
+        over to the next call, so chain commands with `&&` or use absolute paths.
+
+        Args:
+            command: The command line to run, for example `wc -l < /app/data/input.log > /app/count.txt`.
+        """
+        if self._box is None:
+            return "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
+        left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
+        if left <= 0:
+            self._limited = True
+            return "error: the episode's time limit is reached; no more commands run"
+        self._turns += 1
+        self._stats.add(tool_calls=1)
+        try:
+            result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
+        except SandboxExecTimeoutError:
+            self._errors += 1
+            self._stats.add(tool_errors=1)
+            if time.monotonic() - self._started >= self._limits.episode_wall_sec:
+                self._limited = True
+            return f"error: the command ran past {min(self._limits.command_timeout_sec, left):.0f} s and was killed"
+        except SandboxError as err:
+            self._fail("sandbox_error", err)
+            return "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
+        if result.return_code == 137 and "the sandbox died" in result.stderr:
+            self._fail("sandbox_error", result.stderr.strip().splitlines()[-1])
+        if result.return_code != 0:
+            self._errors += 1
+            self._stats.add(tool_errors=1)
+        output = result.stdout + result.stderr + (f"\n[exit code {result.return_code}]" if result.return_code else "")
+        return _clip(output, self._limits.max_output_chars) or "(no output)"
+
+    def verify(self) -> float | None:
+        """The episode's reward from the task's tests (once; the sandbox is stopped after), or None when it is not
+        scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
+        if not self._verified:
+            self._verified = True
+            self._result = self._run_verifier()
+            self._close()
+        return self._result
+
+    # --- internals ------------------------------------------------------------------------------------------
+    def _run_verifier(self) -> float | None:
+        if self._failure or self._box is None:
+            return None
+        if self._limited:
+            self._stats.add(ended_by_limit=1)
+            if self._limits.limit_outcome == "mask":
+                self._stats.mask("episode_wall_sec")
+                return None
+        timeout = float(_task_toml(self._task).get("verifier", {}).get("timeout_sec", 120))
+        started = time.monotonic()
+        try:
+            # the agent's files under /logs/verifier never count: the folder is emptied, then the tests uploaded
+            self._box.exec("rm -rf /logs/verifier /tests && mkdir -p /logs/verifier /tests", timeout_sec=30)
+            self._box.upload_dir(self._task / "tests", "/tests")
+            run = self._box.exec("bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1", timeout_sec=timeout)
+            reward = self._box.exec("cat /logs/verifier/reward.json 2>/dev/null || cat /logs/verifier/reward.txt",
+                                    timeout_sec=30)
+        except SandboxExecTimeoutError:
+            return self._fail("verifier_timeout", f"tests/test.sh ran past {timeout:.0f} s")
+        except (SandboxError, OSError) as err:
+            return self._fail("verifier_error", err)
+        finally:
+            self._stats.verify_seconds.append(time.monotonic() - started)
+        value = _reward_value(reward.stdout) if reward.return_code == 0 else None
+        if value is None:
+            return self._fail("verifier_error", f"tests/test.sh (exit {run.return_code}) wrote no reward")
+        self._stats.add(scored=1, passed=int(value >= 1.0))
+        return value
+
+    def _fail(self, kind: str, detail) -> None:
+        if self._failure is None:
+            self._failure = kind
+            self._stats.mask(kind)
+            self._detail = f"{self._task}: {kind}: {detail}"
+        return None
+
+    def _close(self) -> None:
+        box, self._box = self._box, None
+        if box is not None:
+            try:
+                box.close()
+            except SandboxError:
+                pass
+
+    def __del__(self):
+        self._close()
+
+
+def _task_toml(task: Path) -> dict:
+    try:
+        return tomllib.loads((task / "task.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _reward_value(text: str) -> float | None:
+    """reward.json's "reward" (or its only value), else reward.txt's number."""
+    text = text.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, dict):
+        value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
