@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eval.tasks.generate import write_task
-from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,11 +37,11 @@ def test_the_oracle_scores_1_and_doing_nothing_scores_0(tasks):
         env.reset(task_dir=str(task), prompt=[{"role": "user", "content": "..."}])
         for command in oracle_commands(task):
             assert "[exit code" not in env.bash(command), command
-        assert env.verify() == 1.0, family
-        assert env.verify() == 1.0  # verified once, the sandbox already stopped
+        assert episode_reward(env) == 1.0, family
+        assert episode_reward(env) == 1.0  # verified once, the sandbox already stopped
         env.reset(task_dir=str(task))
         assert env.bash("pwd") == "/app\n"
-        assert env.verify() == 0.0
+        assert episode_reward(env) == 0.0
     summary = stats.as_dict()
     assert summary["episodes"] == 4 and summary["scored"] == 4 and summary["passed"] == 2
     assert summary["masked"] == 0 and summary["sandbox_start_seconds_mean"] is not None
@@ -52,7 +52,7 @@ def test_a_reward_the_agent_writes_itself_does_not_count(tasks):
     env.reset(task_dir=str(tasks["write-value"]))
     env.bash("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > "
              "/logs/verifier/reward.json")
-    assert env.verify() == 0.0
+    assert episode_reward(env) == 0.0
 
 
 def broken_copy(task: Path, tmp_path: Path, *, dockerfile: str | None = None, test_sh: str | None = None) -> Path:
@@ -76,7 +76,7 @@ def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path,
     env.reset(task_dir=str(broken_copy(tasks["write-value"], tmp_path, dockerfile=dockerfile, test_sh=test_sh)))
     if kind == "sandbox_start":
         assert "not scored" in env.bash("ls")
-    assert env.verify() is None
+    assert episode_reward(env) is None
     summary = stats.as_dict()
     assert summary["masked_by_kind"] == {kind: 1} and summary["scored"] == 0 and summary["pass_rate"] is None
 
@@ -88,7 +88,7 @@ def test_a_verifier_past_its_timeout_is_not_a_score(tasks, tmp_path):
     stats = EpisodeStats()
     env = TaskEnvironment(EpisodeLimits(), stats)
     env.reset(task_dir=str(task))
-    assert env.verify() is None and stats.as_dict()["masked_by_kind"] == {"verifier_timeout": 1}
+    assert episode_reward(env) is None and stats.as_dict()["masked_by_kind"] == {"verifier_timeout": 1}
 
 
 def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
@@ -101,7 +101,7 @@ def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
     assert "[exit code 3]" in env.bash("exit 3")
     time.sleep(3.5)
     assert "time limit" in env.bash("ls")
-    assert env.verify() == 0.0  # limit_outcome "zero": ended by the limit, scored
+    assert episode_reward(env) == 0.0  # limit_outcome "zero": ended by the limit, scored
     summary = stats.as_dict()
     assert summary["tool_calls"] == 3 and summary["tool_errors"] == 2 and summary["ended_by_limit"] == 1
 
@@ -110,7 +110,7 @@ def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
     env.reset(task_dir=str(tasks["write-value"]))
     time.sleep(0.6)
     assert "time limit" in env.bash("ls")
-    assert env.verify() is None and masked.as_dict()["masked_by_kind"] == {"episode_wall_sec": 1}
+    assert episode_reward(env) is None and masked.as_dict()["masked_by_kind"] == {"episode_wall_sec": 1}
 
 
 def test_bad_limits_are_refused():
@@ -137,7 +137,7 @@ def test_no_sandbox_outlives_its_episode_or_a_killed_trainer(tasks):
     env.reset(task_dir=str(tasks["count-lines"]))
     pid = env._box.sandbox._init_pid
     env.bash("sleep 600 > /dev/null 2>&1 &")
-    env.verify()
+    episode_reward(env)
     assert _gone(pid), "the sandbox outlived its verified episode"
 
     run = subprocess.run([sys.executable, "-c", KILLED_TRAINER, str(tasks["count-lines"])], cwd=REPO,
@@ -160,3 +160,11 @@ def _gone(pid: int, wait: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_the_policy_sees_one_tool_and_cannot_call_its_verifier():
+    import inspect
+
+    public = [name for name, _ in inspect.getmembers(TaskEnvironment, predicate=inspect.isfunction)
+              if not name.startswith("_") and name not in ("reset", "get_reward")]
+    assert public == ["bash"]  # TRL's environment_factory exposes every other public method as a tool

@@ -7,10 +7,11 @@ trainer needs no Harbor (Python >= 3.12) and no server between it and the sandbo
     env = TaskEnvironment(EpisodeLimits(), EpisodeStats())   # GRPOTrainer(environment_factory=...) builds these
     env.reset(task_dir="eval/tasks/generated/write-value-1-0")  # the dataset row's columns
     env.bash("ls")                                           # a tool call of the policy: output back to it
-    env.verify()                                             # 1.0 / 0.0, or None: not scored (see below)
+    episode_reward(env)                                      # 1.0 / 0.0, or None: not scored (see below)
 
 TRL's `GRPOTrainer(environment_factory=...)` makes every public method a tool the model can call: `bash` is the only
-one; everything else is private or is named `reset`/`get_reward`, which TRL calls itself. TRL never closes an
+one (`reset` TRL calls itself); everything else is private, and the reward is read by a module function,
+`episode_reward`, so the policy cannot call its own verifier. TRL never closes an
 environment, so each episode's sandbox is stopped when the episode is verified, when the next one starts, at
 exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this process).
 
@@ -107,7 +108,8 @@ def _close_all():
 
 
 class TaskEnvironment:
-    """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, `verify()`."""
+    """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, then
+    `episode_reward(env)`. Public methods are the policy's tools: add none without meaning it."""
 
     def __init__(self, limits: EpisodeLimits | None = None, stats: EpisodeStats | None = None):
         self._limits = limits or EpisodeLimits()
@@ -184,9 +186,7 @@ class TaskEnvironment:
         output = result.stdout + result.stderr + (f"\n[exit code {result.return_code}]" if result.return_code else "")
         return _clip(output, self._limits.max_output_chars) or "(no output)"
 
-    def verify(self) -> float | None:
-        """The episode's reward from the task's tests (once; the sandbox is stopped after), or None when it is not
-        scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
+    def _verify(self) -> float | None:
         if not self._verified:
             self._verified = True
             self._result = self._run_verifier()
@@ -240,6 +240,12 @@ class TaskEnvironment:
 
     def __del__(self):
         self._close()
+
+
+def episode_reward(env: TaskEnvironment) -> float | None:
+    """The episode's reward from the task's tests (run once; the sandbox is stopped after), or None when it is not
+    scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
+    return env._verify()
 
 
 def _task_toml(task: Path) -> dict:

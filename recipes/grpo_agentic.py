@@ -1,0 +1,69 @@
+"""Agentic GRPO: the policy acts in a sandbox for many turns and the task's own tests are the reward.
+
+    accelerate launch recipes/grpo_agentic.py [--config configs/grpo/agentic-tiny.yaml] [--key value ...]
+
+Each rollout is an episode: the task's instruction as the prompt, the policy's `bash` tool calls run in a fresh
+local sandbox of the task (trainers/task_env.py, driven from this process: no Harbor, no server in between), tool
+output fed back and never trained (TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that
+infrastructure ended (sandbox start, verifier) are not scored: kept out of the advantage and counted by kind in
+run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
+`max_tool_calling_iterations` and `max_completion_length`.
+"""
+
+import time
+from pathlib import Path
+
+from accelerate import PartialState
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
+
+from common.checkpoints import last_complete_checkpoint
+from trainers.agentic_tasks import (AgenticTaskArguments, environment_factory, prepare_tasks, task_dataset,
+                                    task_tests_reward)
+from trainers.recipe_config import exit_on_user_error, parse_config
+from trainers.summary import final_loss, wandb_run_dir, write_summary
+from trainers.task_env import EpisodeStats
+from trainers.tiny_model import resolve_model
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
+
+
+@exit_on_user_error
+def main():
+    task_args, training_args, model_args = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig), DEFAULT_CONFIG)
+    state = PartialState()
+    with state.main_process_first():  # the main process builds the tiny model and generates the tasks
+        model_path = resolve_model(model_args.model_name_or_path)
+        tasks = prepare_tasks(task_args)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
+
+    stats = EpisodeStats()
+    training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
+                                       **(training_args.model_init_kwargs or {})}
+    trainer = GRPOTrainer(model=model_path, reward_funcs=[task_tests_reward(stats)], args=training_args,
+                          train_dataset=task_dataset(tasks), processing_class=tokenizer,
+                          environment_factory=environment_factory(task_args, stats),
+                          peft_config=get_peft_config(model_args))
+    resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+    started = time.monotonic()
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model()
+
+    episodes = stats.as_dict()
+    summary = {"tasks": len(tasks), "task_dirs": task_args.task_dirs, **episodes,
+               "global_step": trainer.state.global_step, "final_loss": final_loss(trainer.state.log_history),
+               "wall_seconds": round(time.monotonic() - started, 1), "resumed_from": resume,
+               "output_dir": str(training_args.output_dir), "wandb_run_dir": wandb_run_dir()}
+    if trainer.is_world_process_zero():
+        print(f"agentic GRPO: {summary['global_step']} steps on {len(tasks)} tasks, {episodes['episodes']} episodes "
+              f"({episodes['scored']} scored, pass rate {episodes['pass_rate']}; not scored by kind "
+              f"{episodes['masked_by_kind'] or '{}'}; ended by the wall limit {episodes['ended_by_limit']}); "
+              f"{episodes['tool_calls']} tool calls ({episodes['tool_errors']} errors); sandbox start "
+              f"{episodes['sandbox_start_seconds_mean']} s, verify {episodes['verify_seconds_mean']} s on average; "
+              f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
+        write_summary(summary)
+    trainer.end()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Agentic GRPO (recipes/grpo_agentic.py) with the real parts: generated Harbor tasks, episodes in the local sandbox,
+the tasks' tests as reward, TRL's environment_factory. The oracle episodes of the bash-tool harness are real
+episodes; a tiny model trained on them calls the tool, and what the tool printed is never trained."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eval.tasks.generate import generate
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
+
+
+def launch(recipe: str, config: dict, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / f"{Path(recipe).stem}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+                           "configs/accelerate/cpu.yaml", recipe, "--config", str(path), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+
+
+def agentic_config(tmp_path: Path, **overrides) -> dict:
+    config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-tiny.yaml").read_text())
+    config.update(output_dir=str(tmp_path / "grpo-agentic"), task_dirs=[str(tmp_path / "tasks")], report_to=[],
+                  max_steps=2, save_strategy="no", **overrides)
+    return config
+
+
+def test_oracle_episodes_are_solved_chats_with_real_tool_output(tmp_path):
+    from trainers.agentic_tasks import main as collect
+
+    generate(tmp_path / "tasks", 21, 6, FAMILIES + ["rename-ext", "set-perms"])
+    out = tmp_path / "oracle.jsonl"
+    assert collect(["--tasks", str(tmp_path / "tasks"), "--collect", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 6 and all(r["metadata"]["reward"] == 1.0 for r in records)
+    rename = next(r for r in records if r["metadata"]["task"].startswith("rename-ext"))
+    calls = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"] for m in rename["messages"]
+             if m.get("tool_calls")]
+    assert calls[0].startswith("cd ") and " && for f in " in calls[0]  # each call is a new shell
+    assert records[0]["tools"][0]["function"]["name"] == "bash"
+    assert all(m["content"] for m in records[0]["messages"] if m["role"] == "tool")
+
+
+@pytest.mark.slow
+def test_the_embedded_default_runs_episodes_end_to_end(tmp_path):
+    run = launch("recipes/grpo_agentic.py", agentic_config(tmp_path), tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((tmp_path / "grpo-agentic" / "run_summary.json").read_text())
+    assert summary["tasks"] == 8 and summary["global_step"] == 2
+    assert summary["episodes"] == 8 and summary["scored"] + summary["masked"] == 8 and summary["masked_by_kind"] == {}
+    assert summary["sandbox_start_seconds_mean"] is not None and "agentic GRPO: 2 steps on 8 tasks" in run.stdout
+    assert len(list((tmp_path / "tasks").iterdir())) == 8  # generated with the config's seed
+
+
+def test_a_task_folder_that_is_not_there_is_one_clear_error(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(agentic_config(tmp_path, generate_seed=None)))
+    run = subprocess.run([sys.executable, "recipes/grpo_agentic.py", "--config", str(path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and f"task_dirs: {tmp_path / 'tasks'} is not a folder" in run.stderr
+
+
+@pytest.mark.slow
+def test_tool_output_carries_no_loss(tmp_path):
+    """SFT the tiny model on oracle episodes until it calls the tool, then take one GRPO step and decode what the
+    trainer trains: the policy's turns, never the tool responses between them."""
+    from trainers.agentic_tasks import main as collect
+
+    generate(tmp_path / "tasks", 21, 8, FAMILIES)
+    assert collect(["--tasks", str(tmp_path / "tasks"), "--collect", str(tmp_path / "oracle.jsonl")]) == 0
+    sft = yaml.safe_load((REPO / "configs" / "sft" / "tiny.yaml").read_text())
+    sft.update(datasets=[{"path": str(tmp_path / "oracle.jsonl"), "min_reward": 1.0}], eval_fraction=0.0,
+               eval_suites=[], output_dir=str(tmp_path / "sft"), max_length=1024, per_device_train_batch_size=1,
+               max_steps=150, learning_rate=5e-3, save_strategy="no", eval_strategy="no", report_to=[], logging_steps=50)
+    run = launch("recipes/sft.py", sft, tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainers.agentic_tasks import AgenticTaskArguments, environment_factory, task_dataset, task_tests_reward
+    from trainers.task_env import EpisodeStats
+
+    captured = []
+
+    class Capturing(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            captured.append(output)
+            return output
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "sft", padding_side="left")
+    stats = EpisodeStats()
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, report_to=[], max_steps=1, num_generations=4,
+                      per_device_train_batch_size=4, max_completion_length=256, max_tool_calling_iterations=3,
+                      temperature=0.3, chat_template_kwargs={"enable_thinking": False}, save_strategy="no",
+                      logging_steps=1, beta=0.0)
+    trainer = Capturing(model=str(tmp_path / "sft"), reward_funcs=[task_tests_reward(stats)], args=args,
+                        train_dataset=task_dataset(sorted((tmp_path / "tasks").iterdir())), processing_class=tokenizer,
+                        environment_factory=environment_factory(AgenticTaskArguments(task_dirs=[]), stats))
+    trainer.train()
+    assert stats.tool_calls > 0, "the SFT'd policy made no tool call: nothing to check"
+    output = captured[0]
+    checked = 0
+    for ids, completion_mask, tool_mask in zip(output["completion_ids"], output["completion_mask"], output["tool_mask"]):
+        trained = tokenizer.decode([t for t, c, m in zip(ids.tolist(), completion_mask, tool_mask) if c and m])
+        untrained = tokenizer.decode([t for t, c, m in zip(ids.tolist(), completion_mask, tool_mask) if c and not m])
+        assert "<tool_response>" not in trained and "</tool_response>" not in trained
+        if "<tool_call>" in trained:
+            assert "<tool_response>" in untrained  # the tool answered, and its output is in the untrained part
+            checked += 1
+    assert checked > 0
+    assert stats.as_dict()["episodes"] == 4 and stats.as_dict()["masked"] == 0
