@@ -171,11 +171,16 @@ class Cgroup:
 
 def _bases() -> list[Path]:
     """Every base folder of per-sandbox cgroups (v2: one; v1: one per hierarchy, under this process's own path)."""
-    out = []
-    for pattern in (CGROUP_BASE, f"*/{CGROUP_BASE}", f"**/{CGROUP_BASE}"):
-        for p in CGROUP_ROOT.glob(pattern):
-            if p.is_dir() and p not in out:
-                out.append(p)
+    for _ in range(10):  # the walk meets cgroups that other sandboxes, stopping at the same time, remove: walk again
+        out: list[Path] = []
+        try:
+            for pattern in (CGROUP_BASE, f"*/{CGROUP_BASE}", f"**/{CGROUP_BASE}"):
+                for p in CGROUP_ROOT.glob(pattern):
+                    if p.is_dir() and p not in out:
+                        out.append(p)
+            return out
+        except FileNotFoundError:
+            continue
     return out
 
 

@@ -190,7 +190,7 @@ class TaskEnvironment:
         if not self._verified:
             self._verified = True
             self._result = self._run_verifier()
-            self._close()
+            self._close(wait=False)
         return self._result
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -230,13 +230,17 @@ class TaskEnvironment:
             self._detail = f"{self._task}: {kind}: {detail}"
         return None
 
-    def _close(self) -> None:
+    def _close(self, wait: bool = True) -> None:
+        """Stop the episode's sandbox. `wait=False` (after verification) stops it in a background thread: the
+        kernel's teardown of a namespace can take a second or two and the episode's result does not wait for it
+        (should this process end first, the sandbox dies with its lifeline pipe)."""
         box, self._box = self._box, None
-        if box is not None:
-            try:
-                box.close()
-            except SandboxError:
-                pass
+        if box is None:
+            return
+        if wait:
+            _stop(box)
+        else:
+            threading.Thread(target=_stop, args=(box,), name="sandbox-teardown", daemon=True).start()
 
     def __del__(self):
         self._close()
@@ -246,6 +250,13 @@ def episode_reward(env: TaskEnvironment) -> float | None:
     """The episode's reward from the task's tests (run once; the sandbox is stopped after), or None when it is not
     scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
     return env._verify()
+
+
+def _stop(box: BlockingSandbox) -> None:
+    try:
+        box.close()
+    except SandboxError:
+        pass
 
 
 def _task_toml(task: Path) -> dict:
