@@ -16,12 +16,13 @@ environment, so each episode's sandbox is stopped when the episode is verified, 
 exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this process).
 
 Three outcomes of an episode (the design's rule: an infrastructure failure is never a score):
-- scored: the verifier's reward (`/logs/verifier/reward.json` "reward", else `reward.txt`);
+- scored: the verifier's reward (`/logs/verifier/reward.json` "reward", else `reward.txt`); 0 when the agent's
+  command took the sandbox down (out of memory, a full tmpfs: the agent's doing, as the sandbox core counts it);
 - ended by a limit (`episode_wall_sec`): 0, or not scored with `limit_outcome: mask`;
 - infrastructure failure, not scored (None: TRL keeps the rollout out of the group's mean and std, and its
   advantage is 0), counted by kind: `sandbox_start` (the sandbox or the task's Dockerfile replay failed),
-  `sandbox_error` (the sandbox died or failed under a command), `verifier_error` (the tests wrote no reward or
-  crashed), `verifier_timeout`.
+  `sandbox_error` (the sandbox failed under a command: a sandbox error, not the command's exit), `verifier_error`
+  (the tests wrote no reward or crashed), `verifier_timeout`.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class TaskEnvironment:
         self._errors = 0
         self._result: float | None = None
         self._verified = False
+        self._killed_by_agent = False
         _LIVE.add(self)
 
     # --- what TRL calls -------------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class TaskEnvironment:
         self._close()
         self._task, self._failure, self._limited = Path(row["task_dir"]), None, False
         self._turns = self._errors = 0
-        self._result, self._verified = None, False
+        self._result, self._verified, self._killed_by_agent = None, False, False
         self._stats.add(episodes=1)
         started = time.monotonic()
         workdir = _task_toml(self._task).get("environment", {}).get("workdir")
@@ -179,7 +181,9 @@ class TaskEnvironment:
             self._fail("sandbox_error", err)
             return "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
         if result.return_code == 137 and "the sandbox died" in result.stderr:
-            self._fail("sandbox_error", result.stderr.strip().splitlines()[-1])
+            # the sandbox's PID 1 went under the agent's command (memory, a full tmpfs): the agent's doing, as the
+            # sandbox core counts it, so the episode scores 0 rather than going unscored
+            self._killed_by_agent = True
         if result.return_code != 0:
             self._errors += 1
             self._stats.add(tool_errors=1)
@@ -197,6 +201,9 @@ class TaskEnvironment:
     def _run_verifier(self) -> float | None:
         if self._failure or self._box is None:
             return None
+        if self._killed_by_agent:
+            self._stats.add(scored=1)
+            return 0.0
         if self._limited:
             self._stats.add(ended_by_limit=1)
             if self._limits.limit_outcome == "mask":
