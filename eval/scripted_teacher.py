@@ -39,6 +39,11 @@ _SKIP_LINE = re.compile(r"^\s*(#.*|set\s+-[euxo]+.*|)$")  # shebang, comments, `
 _SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
 
 
+def solution_lines(script: str) -> list[str]:
+    """The lines of a solution script that do something (not the shebang, comments, `set -e...` or blank lines)."""
+    return [line for line in script.splitlines() if not _SKIP_LINE.match(line)]
+
+
 def _squash(text: str) -> str:
     return " ".join(text.split())
 
@@ -63,7 +68,7 @@ class ScriptedTask:
 
     def commands(self) -> list[dict]:
         """The reference solution as Terminus-2 command objects."""
-        lines = [line for line in self.script.splitlines() if not _SKIP_LINE.match(line)]
+        lines = solution_lines(self.script)
         if lines and all(_complete_command(line) for line in lines):
             return [{"keystrokes": line + "\n", "duration": _duration(line)} for line in lines]
         body = self.script if self.script.endswith("\n") else self.script + "\n"

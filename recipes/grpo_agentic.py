@@ -21,7 +21,7 @@ from common.checkpoints import last_complete_checkpoint
 from trainers.agentic_tasks import (AgenticTaskArguments, environment_factory, prepare_tasks, task_dataset,
                                     task_tests_reward)
 from trainers.recipe_config import exit_on_user_error, parse_config
-from trainers.summary import final_loss, wandb_run_dir, write_summary
+from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
 from trainers.task_env import EpisodeStats
 from trainers.tiny_model import resolve_model
 
@@ -49,18 +49,10 @@ def main():
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
 
-    episodes = stats.as_dict()
-    summary = {"tasks": len(tasks), "task_dirs": task_args.task_dirs, **episodes,
-               "global_step": trainer.state.global_step, "final_loss": final_loss(trainer.state.log_history),
-               "wall_seconds": round(time.monotonic() - started, 1), "resumed_from": resume,
-               "output_dir": str(training_args.output_dir), "wandb_run_dir": wandb_run_dir()}
+    summary = build_agentic_summary(trainer, tasks, task_args.task_dirs, stats.as_dict(), time.monotonic() - started,
+                                    resume)
     if trainer.is_world_process_zero():
-        print(f"agentic GRPO: {summary['global_step']} steps on {len(tasks)} tasks, {episodes['episodes']} episodes "
-              f"({episodes['scored']} scored, pass rate {episodes['pass_rate']}; not scored by kind "
-              f"{episodes['masked_by_kind'] or '{}'}; ended by the wall limit {episodes['ended_by_limit']}); "
-              f"{episodes['tool_calls']} tool calls ({episodes['tool_errors']} errors); sandbox start "
-              f"{episodes['sandbox_start_seconds_mean']} s, verify {episodes['verify_seconds_mean']} s on average; "
-              f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
+        print_agentic_summary(summary)
         write_summary(summary)
     trainer.end()
 

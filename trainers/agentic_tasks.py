@@ -7,6 +7,9 @@ episode ends when it answers without one (or at `max_tool_calling_iterations`).
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -67,12 +70,16 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
     return tasks
 
 
+def task_prompt(task: Path) -> list[dict]:
+    """The conversation an episode starts from: the task's instruction and how to act (training and oracle alike)."""
+    return [{"role": "user", "content": (task / "instruction.md").read_text().strip() + "\n\n" + HARNESS_NOTE}]
+
+
 def task_dataset(tasks: list[Path]):
     """One row per task: the conversational prompt TRL generates from, and `task_dir`, which reset() receives."""
     from datasets import Dataset
 
-    rows = [{"prompt": [{"role": "user", "content": (t / "instruction.md").read_text().strip() + "\n\n" + HARNESS_NOTE}],
-             "task_dir": str(t.resolve()), "task": t.name} for t in tasks]
+    rows = [{"prompt": task_prompt(t), "task_dir": str(t.resolve()), "task": t.name} for t in tasks]
     return Dataset.from_list(rows)
 
 
@@ -114,19 +121,18 @@ def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
     """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh, one tool
     call per command line) runs in the task's sandbox: real tool output, the tests' reward in metadata. Teacher data
     for SFT in the harness agentic GRPO trains, so an RL start can be partly right."""
-    import json
+    from eval.scripted_teacher import solution_lines
 
-    lines = [line.strip() for line in (task / "solution" / "solve.sh").read_text().splitlines()]
     commands: list[str] = []
-    for line in lines:
-        if not line or line.startswith(("#", "set -", "cd \"${APP_DIR")):
+    for line in map(str.strip, solution_lines((task / "solution" / "solve.sh").read_text())):
+        if line.startswith("cd \"${APP_DIR"):  # every call starts in the task's workdir already
             continue
         if commands and commands[-1].startswith("cd ") and "&&" not in commands[-1]:
             commands[-1] += " && " + line  # each call is a new shell: a `cd` goes with the command after it
         else:
             commands.append(line)
     env.reset(task_dir=str(task))
-    messages = [{"role": "user", "content": (task / "instruction.md").read_text().strip() + "\n\n" + HARNESS_NOTE}]
+    messages = task_prompt(task)
     for i, command in enumerate(commands):
         call_id = f"call_{i}"
         messages.append({"role": "assistant", "content": "", "tool_calls": [{
@@ -140,10 +146,6 @@ def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-    import sys
-
     from tqdm.auto import tqdm
 
     parser = argparse.ArgumentParser(prog="python -m trainers.agentic_tasks", description=__doc__)
@@ -169,6 +171,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -129,6 +129,23 @@ def print_grpo_summary(summary: dict) -> None:
     print(f"  output dir {summary['output_dir']}; W&B run dir {summary['wandb_run_dir'] or 'none'}")
 
 
+def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: dict, wall_seconds: float,
+                          resumed_from: str | None) -> dict:
+    """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings)."""
+    return {"tasks": len(tasks), "task_dirs": task_dirs, **episodes, "global_step": trainer.state.global_step,
+            "final_loss": final_loss(trainer.state.log_history), "wall_seconds": round(wall_seconds, 1),
+            "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir()}
+
+
+def print_agentic_summary(summary: dict) -> None:
+    print(f"agentic GRPO: {summary['global_step']} steps on {summary['tasks']} tasks, {summary['episodes']} episodes "
+          f"({summary['scored']} scored, pass rate {summary['pass_rate']}; not scored by kind "
+          f"{summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}); "
+          f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors); sandbox start "
+          f"{summary['sandbox_start_seconds_mean']} s, verify {summary['verify_seconds_mean']} s on average; "
+          f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
+
+
 def write_summary(summary: dict) -> None:
     """run_summary.json in the output dir, and the W&B run's summary when a run is active."""
     Path(summary["output_dir"]).mkdir(parents=True, exist_ok=True)

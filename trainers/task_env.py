@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import threading
 import time
 import tomllib
@@ -120,8 +121,6 @@ class TaskEnvironment:
         self._failure: str | None = None   # an INFRA_KINDS entry once the episode cannot be scored
         self._limited = False
         self._started = 0.0
-        self._turns = 0
-        self._errors = 0
         self._result: float | None = None
         self._verified = False
         self._killed_by_agent = False
@@ -132,7 +131,6 @@ class TaskEnvironment:
         """Start the episode of the row's task: a fresh sandbox with the task's Dockerfile replayed."""
         self._close()
         self._task, self._failure, self._limited = Path(row["task_dir"]), None, False
-        self._turns = self._errors = 0
         self._result, self._verified, self._killed_by_agent = None, False, False
         self._stats.add(episodes=1)
         started = time.monotonic()
@@ -167,12 +165,10 @@ class TaskEnvironment:
         if left <= 0:
             self._limited = True
             return "error: the episode's time limit is reached; no more commands run"
-        self._turns += 1
         self._stats.add(tool_calls=1)
         try:
             result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
         except SandboxExecTimeoutError:
-            self._errors += 1
             self._stats.add(tool_errors=1)
             if time.monotonic() - self._started >= self._limits.episode_wall_sec:
                 self._limited = True
@@ -185,7 +181,6 @@ class TaskEnvironment:
             # sandbox core counts it, so the episode scores 0 rather than going unscored
             self._killed_by_agent = True
         if result.return_code != 0:
-            self._errors += 1
             self._stats.add(tool_errors=1)
         output = result.stdout + result.stderr + (f"\n[exit code {result.return_code}]" if result.return_code else "")
         return _clip(output, self._limits.max_output_chars) or "(no output)"
@@ -234,7 +229,7 @@ class TaskEnvironment:
         if self._failure is None:
             self._failure = kind
             self._stats.mask(kind)
-            self._detail = f"{self._task}: {kind}: {detail}"
+            logging.getLogger(__name__).warning("episode not scored: %s: %s: %s", self._task, kind, detail)
         return None
 
     def _close(self, wait: bool = True) -> None:
