@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
 
 HARNESS_NOTE = ("You are in a Linux shell sandbox; the task's files are under /app. Run commands with the bash tool, "
@@ -135,10 +136,16 @@ def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
 
 def task_tests_reward(stats: EpisodeStats):
     """The reward function: each rollout's episode verified by its task's tests; None (not scored: kept out of the
-    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes."""
+    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes, and the
+    distribution (p50, p90, max) of the sandbox start and verify seconds of this call's episodes: TRL calls it once
+    per generation batch, and averages what it logs over ranks and the logging step."""
+    starts_seen = [0]  # stats.start_seconds of the episodes scored by earlier calls
 
     def task_tests(environments, log_metric=None, **kwargs):
+        verifies_seen = len(stats.verify_seconds)
         rewards = [episode_reward(env) for env in environments]
+        starts, verifies = stats.start_seconds[starts_seen[0]:], stats.verify_seconds[verifies_seen:]
+        starts_seen[0] += len(starts)
         if log_metric is not None:
             scored = [r for r in rewards if r is not None]
             if scored:
@@ -150,6 +157,12 @@ def task_tests_reward(stats: EpisodeStats):
             log_metric("episodes/tool_errors_total", float(totals["tool_errors"]))
             if totals["sandbox_start_seconds_mean"] is not None:
                 log_metric("episodes/sandbox_start_seconds", totals["sandbox_start_seconds_mean"])
+            for name, values in (("sandbox_start_seconds", starts), ("verify_seconds", verifies)):
+                if values:
+                    ordered = sorted(values)
+                    log_metric(f"episodes/{name}_p50", percentile(ordered, 50))
+                    log_metric(f"episodes/{name}_p90", percentile(ordered, 90))
+                    log_metric(f"episodes/{name}_max", ordered[-1])
         return rewards
 
     return task_tests
