@@ -3,9 +3,10 @@
     accelerate launch recipes/grpo_agentic.py [--config configs/grpo/agentic-tiny.yaml] [--key value ...]
 
 Each rollout is an episode: the task's instruction as the prompt, the policy's `bash` tool calls run in a fresh
-local sandbox of the task (trainers/task_env.py, driven from this process: no Harbor, no server in between), tool
-output fed back and never trained (TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that
-infrastructure ended (sandbox start, verifier) are not scored: kept out of the advantage and counted by kind in
+local sandbox of the task (trainers/task_env.py, driven from this process: no Harbor, no server in between; or,
+with `sandbox_urls`, on episode servers: trainers/remote_task_env.py), tool output fed back and never trained
+(TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that infrastructure ended (sandbox
+start, verifier, an episode server) are not scored: kept out of the advantage and counted by kind in
 run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
 `max_tool_calling_iterations` and `max_completion_length`.
 """

@@ -8,18 +8,14 @@ Endpoints: `POST /verify`, `POST /seed_session` and `POST /close_session` (no-op
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import logging
-import math
-import time
 from contextlib import asynccontextmanager
-from typing import Any, Optional
+from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
 from pydantic import ValidationError
 
+from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
 from rewards.config import ServerConfig
 from rewards.connections import ConnectionGuard, default_max_connections
@@ -31,44 +27,7 @@ logger = logging.getLogger("rewards")
 
 ENDPOINTS = {"/verify", "/seed_session", "/close_session", "/health", "/metrics"}
 
-
-# ---- JSON in and out --------------------------------------------------------------------------------------------
-
-
-def _no_constants(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-class JSONOut(Response):
-    """JSON that always serializes: lone surrogates become U+FFFD (as NeMo Gym's `_sanitize_unicode_string`), and
-    non-finite floats (a model's `NaN` inside its action, say) become null."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        try:
-            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except ValueError:
-            text = json.dumps(_finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:
-            return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8")
-
-
-def error(status: int, detail: str) -> JSONOut:
-    return JSONOut({"detail": detail}, status_code=status)
-
+# JSON in and out (JSONOut, error, parse_body) and the guard (body size, bearer token, timing): common/asgi.py
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "is-instance", "literal"}
 
@@ -84,101 +43,6 @@ def describe(err: ValidationError, limit: int = 5) -> str:
             parts.append(line)
     more = len(parts) - limit
     return "; ".join(parts[:limit]) + (f"; and {more} more" if more > 0 else "")
-
-
-def parse_body(raw: bytes) -> tuple[Optional[dict], Optional[JSONOut]]:
-    if not raw:
-        return None, error(400, "the request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw, parse_constant=_no_constants)
-    except RecursionError:
-        return None, error(400, "the request body is nested too deeply")
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
-        return None, error(400, f"the request body is not valid JSON: {str(err)[:200]}")
-    if not isinstance(body, dict):
-        return None, error(422, f"the request body must be a JSON object, not {type(body).__name__}")
-    return body, None
-
-
-# ---- guards: body size, bearer token, metrics -----------------------------------------------------------------
-
-
-class Guard:
-    """ASGI middleware: reads the body up to `max_body_bytes` (413 beyond), checks the bearer token (401), times
-    every request for the metrics."""
-
-    def __init__(self, app, *, config: ServerConfig, metrics: Metrics):
-        self.app, self.config, self.metrics = app, config, metrics
-        self.token = config.auth_token.encode() if config.auth_token else None
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start = time.perf_counter()
-        path = scope.get("path", "")
-        status = {"code": 500}
-
-        async def send_wrapper(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            if self.token is not None and path != "/health" and not self._authorized(scope):
-                return await self._reply(send_wrapper, 401, "missing or wrong bearer token (Authorization: Bearer ...)",
-                                         {b"www-authenticate": b"Bearer"})
-            headers = dict(scope.get("headers") or [])
-            limit = self.config.max_body_bytes
-            declared = headers.get(b"content-length")
-            if declared is not None:
-                try:
-                    if int(declared) > limit:
-                        return await self._reply(send_wrapper, 413, f"the body is larger than {limit} bytes")
-                except ValueError:
-                    return await self._reply(send_wrapper, 400, "bad Content-Length header")
-            chunks, size = [], 0
-            if scope.get("method") in ("POST", "PUT", "PATCH"):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > limit:
-                        return await self._reply(send_wrapper, 413, f"the body is larger than {limit} bytes")
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-            body = b"".join(chunks)
-            sent = {"done": False}
-
-            async def replay():
-                if not sent["done"]:
-                    sent["done"] = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send_wrapper)
-        finally:
-            endpoint = path if path in ENDPOINTS else "other"
-            self.metrics.request(endpoint, status["code"], time.perf_counter() - start)
-
-    def _authorized(self, scope) -> bool:
-        for name, value in scope.get("headers") or []:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.token)
-        return False
-
-    @staticmethod
-    async def _reply(send, status: int, detail: str, headers: dict | None = None):
-        payload = json.dumps({"detail": detail}).encode()
-        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        raw_headers += list((headers or {}).items())
-        if status == 413:
-            raw_headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": payload})
 
 
 # ---- the app --------------------------------------------------------------------------------------------------
@@ -281,5 +145,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         metrics.verified(environment.name, result)
         return out
 
-    app.add_middleware(Guard, config=config, metrics=metrics)
+    app.add_middleware(Guard, auth_token=config.auth_token, max_body_bytes=config.max_body_bytes,
+                       on_request=lambda path, status, seconds: metrics.request(
+                           path if path in ENDPOINTS else "other", status, seconds))
     return app

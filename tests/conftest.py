@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,23 @@ def run(cmd, env=None, timeout=900, **kwargs) -> subprocess.CompletedProcess:
 def sft_command(*args, accelerate_config="configs/accelerate/cpu.yaml") -> list[str]:
     return [ACCELERATE, "launch", "--config_file", accelerate_config, "--num_cpu_threads_per_process", "1",
             "recipes/sft.py", *args]
+
+
+def process_gone(pid: int, wait: float = 30.0) -> bool:
+    """True once `pid` has exited (or is a zombie) within `wait` seconds: a sandbox's PID 1 after its teardown."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def processes_matching(pattern: str) -> list[int]:
+    """Pids whose command line matches `pattern` (pgrep -f), this test process left out."""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found if int(p) != os.getpid()]

@@ -48,6 +48,45 @@ def test_oracle_episodes_are_solved_chats_with_real_tool_output(tmp_path):
     assert all(m["content"] for m in records[0]["messages"] if m["role"] == "tool")
 
 
+def test_the_reward_logs_the_start_and_verify_seconds_of_its_own_episodes(tmp_path):
+    """Per call (a generation batch): p50, p90 and max of the batch's sandbox start and verify seconds, beside the
+    run's mean start seconds (the key that was there before)."""
+    from common.stats import percentile
+    from trainers.agentic_tasks import task_tests_reward
+    from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+
+    tasks = generate(tmp_path / "tasks", 21, 6, FAMILIES)
+    stats = EpisodeStats()
+    reward = task_tests_reward(stats)
+    envs = [TaskEnvironment(EpisodeLimits(), stats) for _ in range(3)]
+    for batch in (tasks[:3], tasks[3:]):
+        for env, task in zip(envs, batch):
+            env.reset(task_dir=str(task))
+        logged = {}
+        assert reward(envs, log_metric=logged.__setitem__) == [0.0, 0.0, 0.0]
+        for key, values in (("sandbox_start_seconds", stats.start_seconds[-3:]),
+                            ("verify_seconds", stats.verify_seconds[-3:])):
+            assert len(values) == 3 and logged[f"episodes/{key}_max"] == max(values)
+            assert logged[f"episodes/{key}_p50"] == percentile(sorted(values), 50) == sorted(values)[1]
+            assert logged[f"episodes/{key}_p90"] == max(values)
+        assert logged["episodes/sandbox_start_seconds"] == stats.as_dict()["sandbox_start_seconds_mean"]
+    assert len(stats.start_seconds) == 6
+
+
+def test_the_agentic_summary_goes_into_an_active_wandb_run(tmp_path):
+    import wandb
+
+    from trainers.summary import write_summary
+
+    wandb.init(mode="offline", dir=str(tmp_path), project="terminal-recipes-test")
+    try:
+        write_summary({"output_dir": str(tmp_path / "out"), "tasks": 2, "episodes": 8, "masked_by_kind": {}})
+        assert wandb.run.summary["data/episodes"] == 8
+    finally:
+        wandb.finish()
+    assert json.loads((tmp_path / "out" / "run_summary.json").read_text())["episodes"] == 8
+
+
 @pytest.mark.slow
 def test_the_embedded_default_runs_episodes_end_to_end(tmp_path):
     run = launch("recipes/grpo_agentic.py", agentic_config(tmp_path), tmp_path)

@@ -2,7 +2,6 @@
 infrastructure failures are not scores (None) and are counted by kind, limits end episodes, and no sandbox outlives
 its episode or a killed trainer."""
 
-import os
 import shutil
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import process_gone, processes_matching
 
 from eval.tasks.generate import write_task
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
@@ -138,28 +138,14 @@ def test_no_sandbox_outlives_its_episode_or_a_killed_trainer(tasks):
     pid = env._box.sandbox._init_pid
     env.bash("sleep 600 > /dev/null 2>&1 &")
     episode_reward(env)
-    assert _gone(pid), "the sandbox outlived its verified episode"
+    assert process_gone(pid), "the sandbox outlived its verified episode"
 
     run = subprocess.run([sys.executable, "-c", KILLED_TRAINER, str(tasks["count-lines"])], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
     pids = [int(p) for p in run.stdout.split()]
-    assert len(pids) == 2 and all(_gone(p) for p in pids), "a sandbox outlived the killed trainer"
-    leftovers = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout.split()
-    assert [p for p in leftovers if int(p) != os.getpid()] == []
-
-
-def _gone(pid: int, wait: float = 30.0) -> bool:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
+    assert len(pids) == 2 and all(process_gone(p) for p in pids), "a sandbox outlived the killed trainer"
+    assert processes_matching("sleep 600") == []
 
 
 def test_the_policy_sees_one_tool_and_cannot_call_its_verifier():

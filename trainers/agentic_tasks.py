@@ -2,12 +2,15 @@
 
 Runs in: the training venv (Python 3.11). The harness is a bash tool (trainers/task_env.py): the prompt is the
 task's instruction plus one line on how to act, the policy calls `bash` as a Qwen3-style tool call, and the
-episode ends when it answers without one (or at `max_tool_calling_iterations`).
+episode ends when it answers without one (or at `max_tool_calling_iterations`). Episodes run in local sandboxes
+of the trainer's node, or, with `sandbox_urls`, on episode servers (episodes/: CPU nodes of their own).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -15,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
 
 HARNESS_NOTE = ("You are in a Linux shell sandbox; the task's files are under /app. Run commands with the bash tool, "
@@ -36,6 +40,26 @@ class AgenticTaskArguments:
     max_output_chars: int = 2000
     limit_outcome: str = field(default="zero", metadata={"help": "an episode ended by episode_wall_sec: zero | mask"})
     sandbox_memory_mb: int = 1024
+    sandbox_urls: list[str] = field(default_factory=list, metadata={
+        "help": "episode servers (python -m episodes.server) to run the sandboxes on, e.g. http://cpu1:8200; "
+                "sessions are spread over them. Empty: local sandboxes on the trainer's node"})
+    sandbox_auth_token: str | None = field(default=None, metadata={
+        "help": "bearer token of the episode servers (default: $EPISODE_SERVER_TOKEN)"})
+    sandbox_start_timeout: float = field(default=300.0, metadata={
+        "help": "seconds an episode may wait for a remote sandbox (servers at capacity included); then the "
+                "episode is not scored (sandbox_start)"})
+    sandbox_retries: int = field(default=3, metadata={
+        "help": "retries of a remote call that failed on the network or with a 5xx (bash only when the request "
+                "never reached the server)"})
+
+    def __post_init__(self):
+        urls = [url.strip().rstrip("/") for entry in self.sandbox_urls for url in str(entry).split(",")]
+        self.sandbox_urls = [url for url in urls if url]
+        bad = [url for url in self.sandbox_urls if not url.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"sandbox_urls: {', '.join(bad)} is not an http(s):// URL of an episode server")
+        if self.sandbox_start_timeout <= 0 or self.sandbox_retries < 0:
+            raise ValueError("sandbox_start_timeout must be positive and sandbox_retries at least 0")
 
     def limits(self) -> EpisodeLimits:
         try:
@@ -63,11 +87,26 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
     for root in map(Path, args.task_dirs):
         if not root.is_dir():
             raise ConfigError(f"task_dirs: {root} is not a folder (give folders of Harbor task folders)")
-        found = sorted(d for d in root.iterdir() if (d / "instruction.md").is_file() and (d / "tests").is_dir())
+        found = sorted(d for d in root.iterdir() if is_task(d))
         if not found:
             raise ConfigError(f"task_dirs: {root} holds no task folder with instruction.md and tests/")
         tasks += found
     return tasks
+
+
+def is_task(path: Path) -> bool:
+    """A Harbor task folder an episode can run: an instruction and tests."""
+    return (path / "instruction.md").is_file() and (path / "tests").is_dir()
+
+
+@functools.lru_cache(maxsize=None)
+def task_digest(task: Path) -> str:
+    """sha256 of a task folder (every file's relative path and bytes): the trainer's and an episode server's copy
+    of a task are the same task only if their digests are (read once per process)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in task.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(task)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def task_prompt(task: Path) -> list[dict]:
@@ -84,16 +123,29 @@ def task_dataset(tasks: list[Path]):
 
 
 def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
-    """What GRPOTrainer(environment_factory=...) calls, once per pooled environment."""
-    return partial(TaskEnvironment, args.limits(), stats)
+    """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
+    or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
+    if not args.sandbox_urls:
+        return partial(TaskEnvironment, args.limits(), stats)
+    from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment
+
+    servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,
+                             start_timeout=args.sandbox_start_timeout, retries=args.sandbox_retries)
+    return partial(RemoteTaskEnvironment, servers, args.limits(), stats)
 
 
 def task_tests_reward(stats: EpisodeStats):
     """The reward function: each rollout's episode verified by its task's tests; None (not scored: kept out of the
-    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes."""
+    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes, and the
+    distribution (p50, p90, max) of the sandbox start and verify seconds of this call's episodes: TRL calls it once
+    per generation batch, and averages what it logs over ranks and the logging step."""
+    starts_seen = [0]  # stats.start_seconds of the episodes scored by earlier calls
 
     def task_tests(environments, log_metric=None, **kwargs):
+        verifies_seen = len(stats.verify_seconds)
         rewards = [episode_reward(env) for env in environments]
+        starts, verifies = stats.start_seconds[starts_seen[0]:], stats.verify_seconds[verifies_seen:]
+        starts_seen[0] += len(starts)
         if log_metric is not None:
             scored = [r for r in rewards if r is not None]
             if scored:
@@ -105,6 +157,12 @@ def task_tests_reward(stats: EpisodeStats):
             log_metric("episodes/tool_errors_total", float(totals["tool_errors"]))
             if totals["sandbox_start_seconds_mean"] is not None:
                 log_metric("episodes/sandbox_start_seconds", totals["sandbox_start_seconds_mean"])
+            for name, values in (("sandbox_start_seconds", starts), ("verify_seconds", verifies)):
+                if values:
+                    ordered = sorted(values)
+                    log_metric(f"episodes/{name}_p50", percentile(ordered, 50))
+                    log_metric(f"episodes/{name}_p90", percentile(ordered, 90))
+                    log_metric(f"episodes/{name}_max", ordered[-1])
         return rewards
 
     return task_tests

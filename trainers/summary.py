@@ -159,7 +159,7 @@ def write_summary(summary: dict) -> None:
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
         for key, counts in summary.get("verify_requests", {}).items():  # GRPO: /verify outcomes
             flat[f"verify_requests/{key}"] = counts
-        for source in summary["sources"]:
+        for source in summary.get("sources", []):  # SFT and GRPO corpora; agentic GRPO has tasks instead
             name = Path(source["path"]).name
             flat.update({f"data/{name}/{key}": value for key, value in source.items() if isinstance(value, int)})
         wandb.run.summary.update(flat)

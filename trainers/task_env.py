@@ -8,6 +8,7 @@ trainer needs no Harbor (Python >= 3.12) and no server between it and the sandbo
     env.reset(task_dir="eval/tasks/generated/write-value-1-0")  # the dataset row's columns
     env.bash("ls")                                           # a tool call of the policy: output back to it
     episode_reward(env)                                      # 1.0 / 0.0, or None: not scored (see below)
+    episode_failure(env)                                     # why not: (kind, detail), or None
 
 TRL's `GRPOTrainer(environment_factory=...)` makes every public method a tool the model can call: `bash` is the only
 one (`reset` TRL calls itself); everything else is private, and the reward is read by a module function,
@@ -43,6 +44,9 @@ from sandbox.errors import SandboxExecTimeoutError
 
 INFRA_KINDS = ("sandbox_start", "sandbox_error", "verifier_error", "verifier_timeout")
 LIMIT_OUTCOMES = ("zero", "mask")
+# what the policy reads when its sandbox is gone (here, or on an episode server: trainers/remote_task_env.py)
+NOT_RUNNING = "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
+SANDBOX_FAILED = "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
 
 
 @dataclass
@@ -89,6 +93,18 @@ class EpisodeStats:
         with self._lock:
             self.masked_by_kind[kind] += 1
 
+    def counts(self) -> dict:
+        """What episodes added beyond being started (no timings): what an episode server reports per episode."""
+        with self._lock:
+            return {**{key: getattr(self, key) for key in _COUNTS}, "masked_by_kind": dict(self.masked_by_kind)}
+
+    def merge(self, counts: dict) -> None:
+        """Add another's `counts()` (an episode run elsewhere: an episode server's session)."""
+        with self._lock:
+            for key in _COUNTS:
+                setattr(self, key, getattr(self, key) + int(counts.get(key, 0)))
+            self.masked_by_kind.update({kind: int(n) for kind, n in counts.get("masked_by_kind", {}).items()})
+
     def as_dict(self) -> dict:
         with self._lock:
             mean = (lambda xs: round(sum(xs) / len(xs), 3) if xs else None)
@@ -100,6 +116,7 @@ class EpisodeStats:
                     "verify_seconds_mean": mean(self.verify_seconds)}
 
 
+_COUNTS = ("scored", "passed", "ended_by_limit", "tool_calls", "tool_errors")
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -119,6 +136,7 @@ class TaskEnvironment:
         self._box: BlockingSandbox | None = None
         self._task: Path | None = None
         self._failure: str | None = None   # an INFRA_KINDS entry once the episode cannot be scored
+        self._unscored: tuple[str, str] | None = None  # (kind, detail) of an episode that is not scored
         self._limited = False
         self._started = 0.0
         self._result: float | None = None
@@ -130,7 +148,7 @@ class TaskEnvironment:
     def reset(self, **row) -> None:
         """Start the episode of the row's task: a fresh sandbox with the task's Dockerfile replayed."""
         self._close()
-        self._task, self._failure, self._limited = Path(row["task_dir"]), None, False
+        self._task, self._failure, self._unscored, self._limited = Path(row["task_dir"]), None, None, False
         self._result, self._verified, self._killed_by_agent = None, False, False
         self._stats.add(episodes=1)
         started = time.monotonic()
@@ -160,7 +178,7 @@ class TaskEnvironment:
             command: The command line to run, for example `wc -l < /app/data/input.log > /app/count.txt`.
         """
         if self._box is None:
-            return "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
+            return NOT_RUNNING
         left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
         if left <= 0:
             self._limited = True
@@ -175,7 +193,7 @@ class TaskEnvironment:
             return f"error: the command ran past {min(self._limits.command_timeout_sec, left):.0f} s and was killed"
         except SandboxError as err:
             self._fail("sandbox_error", err)
-            return "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
+            return SANDBOX_FAILED
         if result.return_code == 137 and "the sandbox died" in result.stderr:
             # the sandbox's PID 1 went under the agent's command (memory, a full tmpfs): the agent's doing, as the
             # sandbox core counts it, so the episode scores 0 rather than going unscored
@@ -203,8 +221,10 @@ class TaskEnvironment:
             self._stats.add(ended_by_limit=1)
             if self._limits.limit_outcome == "mask":
                 self._stats.mask("episode_wall_sec")
+                self._unscored = ("episode_wall_sec", f"ran past episode_wall_sec "
+                                  f"({self._limits.episode_wall_sec:g} s) with limit_outcome: mask")
                 return None
-        timeout = float(_task_toml(self._task).get("verifier", {}).get("timeout_sec", 120))
+        timeout = verifier_timeout_sec(self._task)
         started = time.monotonic()
         try:
             # the agent's files under /logs/verifier never count: the folder is emptied, then the tests uploaded
@@ -227,7 +247,7 @@ class TaskEnvironment:
 
     def _fail(self, kind: str, detail) -> None:
         if self._failure is None:
-            self._failure = kind
+            self._failure, self._unscored = kind, (kind, str(detail))
             self._stats.mask(kind)
             logging.getLogger(__name__).warning("episode not scored: %s: %s: %s", self._task, kind, detail)
         return None
@@ -254,11 +274,26 @@ def episode_reward(env: TaskEnvironment) -> float | None:
     return env._verify()
 
 
+def episode_failure(env: TaskEnvironment) -> tuple[str, str] | None:
+    """Why the episode is not scored, `(kind, detail)` (an INFRA_KINDS entry or "episode_wall_sec"), or None."""
+    return env._unscored
+
+
+def end_episode(env: TaskEnvironment) -> None:
+    """Stop the episode's sandbox without verifying it (an episode server's closed or expired session)."""
+    env._close()
+
+
 def _stop(box: BlockingSandbox) -> None:
     try:
         box.close()
     except SandboxError:
         pass
+
+
+def verifier_timeout_sec(task: Path) -> float:
+    """How long the task's tests may run (task.toml `[verifier] timeout_sec`, default 120)."""
+    return float(_task_toml(task).get("verifier", {}).get("timeout_sec", 120))
 
 
 def _task_toml(task: Path) -> dict:

@@ -1,0 +1,143 @@
+"""The episode server's FastAPI app: sessions over HTTP, NeMo Gym style.
+
+    POST /seed_session   {task_id, limits?, task_digest?}        -> {resources_session_id, lease_sec, ...}
+    POST /bash           {resources_session_id, command}          -> {output}: what TaskEnvironment.bash returns
+    POST /verify         {resources_session_id}                   -> {reward, failure_kind, failure_reason, counts}
+    POST /close_session  {resources_session_id}                   -> {closed, counts}
+    POST /keepalive      {resources_session_ids: [...]}           -> {renewed, unknown}
+    GET  /health         (open)                                   -> live sessions, capacity, counts by kind
+
+A sandbox that does not start answers 200 with no session and `failure_kind: sandbox_start` (the episode is not
+scored); every slot taken is 429; an unknown task or session 404, a task that differs from the trainer's 409, a
+bad field 422 (`detail` names it). The guard (common/asgi.py) checks the bearer token and the body size first.
+Calls block (sandbox start, commands, tests), so they run in a thread pool with a thread per session slot; the
+event loop keeps /health answering and reaps idle sessions. Shutdown (SIGTERM) tears down every sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+
+from common.asgi import Guard, JSONOut, error, parse_body
+from common.errors import RequestError
+from episodes.sessions import AtCapacity, EpisodeSessions
+
+logger = logging.getLogger("episodes")
+
+
+@dataclass
+class EpisodeServerConfig:
+    tasks: list[Path] = field(default_factory=list)  # folders of Harbor task folders; a task goes by its name
+    host: str = "127.0.0.1"
+    port: int = 8200
+    max_sessions: int = 32
+    lease_sec: float = 120.0
+    auth_token: str | None = None
+    max_body_bytes: int = 4 << 20
+    log_level: str = "info"
+
+
+def create_app(config: EpisodeServerConfig) -> FastAPI:
+    sessions = EpisodeSessions(config.tasks, config.max_sessions, config.lease_sec)
+    pool = ThreadPoolExecutor(config.max_sessions + 8, thread_name_prefix="episode")
+
+    async def blocking(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    async def reaper():
+        while True:
+            await asyncio.sleep(max(0.2, min(5.0, config.lease_sec / 4)))
+            try:
+                await blocking(sessions.reap)
+            except Exception:  # a teardown that failed must not stop the next sweep
+                logger.exception("reaping idle sessions")
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        task = asyncio.create_task(reaper())
+        yield
+        task.cancel()
+        closed = await blocking(sessions.close_all)
+        if closed:
+            logger.info("shutdown: %d live session(s) closed, their sandboxes torn down", closed)
+        pool.shutdown(wait=True)
+
+    app = FastAPI(title="terminal-recipes episode server", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.sessions = sessions
+
+    async def read(request: Request, *required: str) -> tuple[dict | None, JSONOut | None]:
+        body, problem = parse_body(await request.body())
+        missing = [key for key in required if problem is None and key not in body]
+        return body, problem or (error(422, f"{missing[0]}: Field required") if missing else None)
+
+    async def run(request: Request, call) -> JSONOut:
+        """A session call in the pool; refusals as 4xx (404, 409, 422, 429), anything else a logged 500."""
+        try:
+            return JSONOut(await blocking(call))
+        except RequestError as err:
+            return error(err.status, err.message)
+        except AtCapacity as err:
+            return JSONOut({"detail": str(err)}, status_code=429, headers={"retry-after": "1"})
+        except Exception as err:
+            logger.exception("internal error in %s", request.url.path)
+            return error(500, f"internal error: {type(err).__name__} (logged by the server)")
+
+    @app.get("/health")
+    async def health():
+        return JSONOut(sessions.health())
+
+    @app.post("/seed_session")
+    async def seed_session(request: Request):
+        body, problem = await read(request, "task_id")
+        if problem is not None:
+            return problem
+        limits, digest = body.get("limits"), body.get("task_digest")
+        if limits is not None and not isinstance(limits, dict):
+            return error(422, "limits: must be an object of EpisodeLimits fields")
+        if digest is not None and not isinstance(digest, str):
+            return error(422, "task_digest: must be a string")
+        return await run(request, lambda: sessions.seed(body["task_id"], limits, digest))
+
+    @app.post("/bash")
+    async def bash(request: Request):
+        body, problem = await read(request, "resources_session_id", "command")
+        if problem is not None:
+            return problem
+        if not isinstance(body["command"], str):
+            return error(422, f"command: must be a string, not {type(body['command']).__name__}")
+        return await run(request, lambda: sessions.bash(body["resources_session_id"], body["command"]))
+
+    @app.post("/verify")
+    async def verify(request: Request):
+        body, problem = await read(request, "resources_session_id")
+        if problem is not None:
+            return problem
+        return await run(request, lambda: sessions.verify(body["resources_session_id"]))
+
+    @app.post("/close_session")
+    async def close_session(request: Request):
+        body, problem = await read(request, "resources_session_id")
+        if problem is not None:
+            return problem
+        return await run(request, lambda: sessions.close(body["resources_session_id"]))
+
+    @app.post("/keepalive")
+    async def keepalive(request: Request):
+        body, problem = await read(request, "resources_session_ids")
+        if problem is not None:
+            return problem
+        ids = body["resources_session_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return error(422, "resources_session_ids: must be a list of strings")
+        return JSONOut(sessions.keepalive(ids))
+
+    app.add_middleware(Guard, auth_token=config.auth_token, max_body_bytes=config.max_body_bytes)
+    return app

@@ -1,0 +1,83 @@
+"""`python -m episodes.server`: the episode server on uvicorn (a CPU node's sandboxes for agentic GRPO).
+
+    python -m episodes.server --tasks DIR [DIR ...] [--host H] [--port 8200] [--max_sessions 32] [--lease_sec 120]
+                              [--auth_token T]
+
+Tasks go by folder name under the --tasks folders (the trainer's own paths need not exist here; the trainer sends
+each task's digest and a copy that differs is refused). Trainers point `sandbox_urls` at one or more servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from episodes import TOKEN_ENV
+from episodes.app import EpisodeServerConfig
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2
+        print(f"error: {message} (see python -m episodes.server --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m episodes.server", description=(
+        "Episode server for agentic GRPO: each session is one episode of a Harbor task in a fresh local sandbox "
+        "(trainers/task_env.py's TaskEnvironment: the same tool output, rewards, limits and failure kinds as in "
+        "the trainer). POST /seed_session, /bash, /verify, /close_session, /keepalive; GET /health."))
+    p.add_argument("--tasks", required=True, nargs="+", type=Path,
+                   help="folders of Harbor task folders; a session names its task by folder name (first match)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; 0.0.0.0 for other nodes)")
+    p.add_argument("--port", type=int, default=8200, help="port (default 8200)")
+    p.add_argument("--max_sessions", type=int, default=32, help=(
+        "live sessions (sandboxes) at most; beyond it /seed_session answers 429 and the trainer tries the next "
+        "server (default 32)"))
+    p.add_argument("--lease_sec", type=float, default=120.0, help=(
+        "a session with no call (and no keepalive from its trainer) for this long is closed unverified and its "
+        "sandbox torn down (default 120)"))
+    p.add_argument("--auth_token", help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV})")
+    p.add_argument("--max_body_bytes", type=int, default=4 << 20, help="largest request body (default 4 MiB)")
+    p.add_argument("--log_level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def resolve(argv: list[str] | None = None) -> EpisodeServerConfig:
+    args = build_parser().parse_args(argv)
+    missing = [str(root) for root in args.tasks if not root.is_dir()]
+    if missing:
+        raise SystemExit(_fail(f"--tasks: {', '.join(missing)} is not a folder (give folders of Harbor task folders)"))
+    if args.max_sessions < 1 or args.lease_sec <= 0 or args.max_body_bytes < 1024:
+        raise SystemExit(_fail("--max_sessions must be at least 1, --lease_sec positive, --max_body_bytes >= 1024"))
+    return EpisodeServerConfig(tasks=[root.resolve() for root in args.tasks], host=args.host, port=args.port,
+                               max_sessions=args.max_sessions, lease_sec=args.lease_sec,
+                               auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
+                               max_body_bytes=args.max_body_bytes, log_level=args.log_level)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = resolve(argv)
+    import uvicorn
+
+    from episodes.app import create_app
+
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("episodes").info(
+        "serving episodes of the tasks under %s on http://%s:%d (at most %d sessions, lease %g s; auth: %s)",
+        ", ".join(map(str, config.tasks)), config.host, config.port, config.max_sessions, config.lease_sec,
+        "bearer token" if config.auth_token else "none")
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=config.log_level,
+                access_log=False, timeout_graceful_shutdown=30)
+
+
+if __name__ == "__main__":
+    main()

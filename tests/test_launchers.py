@@ -1,0 +1,114 @@
+"""Launchers and GPU configs that cannot run here (no SLURM, no GPU): the scripts parse, agentic GRPO's sbatch splits
+its nodes and starts the right commands under a stand-in SLURM (srun, scontrol and curl replaced by scripts that
+log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check answered yes)."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+SCRIPTS = sorted((REPO / "launch").rglob("*.sbatch")) + sorted((REPO / "launch").rglob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_launch_scripts_parse(script):
+    run = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    if shutil.which("shellcheck") and script.name == "grpo_agentic.sbatch":
+        check = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout
+
+
+def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
+    import transformers.training_args
+    from trl import GRPOConfig, ModelConfig
+
+    from trainers.agentic_tasks import AgenticTaskArguments
+    from trainers.recipe_config import parse_config
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)  # the GPU
+    config = REPO / "configs" / "grpo" / "agentic-8gpu.yaml"
+    saved = dict(os.environ)
+    try:
+        tasks, grpo, model = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig), config,
+                                          ["--config", str(config)])
+        assert os.environ["WANDB_PROJECT"] == "terminal-recipes"  # the config's env: block, applied
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert grpo.use_vllm and grpo.vllm_mode == "server" and grpo.vllm_server_base_url.startswith("http://")
+    assert grpo.bf16 and not grpo.use_cpu and grpo.report_to == ["wandb"] and grpo.beta == 0.0
+    assert "WANDB_MODE" not in yaml.safe_load(config.read_text())["env"]  # W&B online
+    assert model.dtype == "bfloat16" and model.attn_implementation == "flash_attention_2"
+    assert len(tasks.sandbox_urls) == 2 and all(url.startswith("http://") for url in tasks.sandbox_urls)
+    limits = tasks.limits()
+    assert limits.episode_wall_sec >= 600 and limits.command_timeout_sec >= 60 and limits.memory_mb >= 2048
+    # a step's episodes form whole groups, on 8 ranks and on the one-node layout's 6
+    for ranks in (8, 6):
+        episodes = grpo.per_device_train_batch_size * ranks * grpo.gradient_accumulation_steps
+        assert episodes % grpo.num_generations == 0
+    deepspeed = yaml.safe_load((REPO / "configs" / "accelerate" / "zero3.yaml").read_text())
+    assert deepspeed["distributed_type"] == "DEEPSPEED" and deepspeed["num_processes"] == 8
+
+
+STUBS = {
+    "srun": '#!/bin/bash\n{ printf "%s" "$*" | tr "\\n" " "; echo; } >> "$SRUN_LOG"\n',  # log the step only
+    "scontrol": '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && tr , "\\n" <<< "$3"\n',
+    "curl": '#!/bin/bash\necho "{}"\n',                                     # every server answers /health
+}
+
+
+def dry_run(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    """The sbatch run with the stand-ins first on PATH, on a copy of the 8-GPU config with 4 generated tasks: the
+    run, and the srun command line of each role ({} when it started none)."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, text in STUBS.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-8gpu.yaml").read_text())
+    config.update(task_dirs=[str(tmp_path / "tasks")], generate_n=4)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    log = tmp_path / "srun.log"
+    run = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "grpo_agentic.sbatch"), "--max_steps", "3"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "SRUN_LOG": str(log),
+                              "CONFIG": str(tmp_path / "config.yaml"), "SLURM_SUBMIT_DIR": str(REPO),
+                              "SLURM_JOB_ID": "4242", **env})
+    steps = log.read_text().splitlines() if log.exists() else []
+    roles = {"episode": "episodes.server", "vllm": "vllm-serve", "train": "grpo_agentic.py"}
+    return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}
+
+
+def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
+    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3,n4,n5", EPISODE_NODES="2",
+                         EPISODE_SERVERS_PER_NODE="2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    urls = "http://n4:8200,http://n4:8201,http://n5:8200,http://n5:8201"
+    assert f"trainers: n1 n2 (16 ranks); vLLM: n3; episode servers: {urls}" in run.stdout
+    assert "4 tasks under" in run.stderr and len(list((tmp_path / "tasks").iterdir())) == 4
+    episode, vllm, train = steps["episode"], steps["vllm"], steps["train"]
+    assert "--nodelist=n4,n5" in episode and "python -m episodes.server --tasks" in episode
+    assert str(tmp_path / "tasks") in episode and "--max_sessions 64 --lease_sec 300" in episode
+    assert "--nodelist=n3" in vllm and "trl vllm-serve --model outputs/sft-qwen3-8b-bash-tool" in vllm
+    assert "--tensor_parallel_size 8 --data_parallel_size 1 --max_model_len 24576" in vllm
+    assert "--nodelist=n1,n2" in train and "recipes/grpo_agentic.py" in train and "--max_steps 3" in train
+    assert '--sandbox_urls "$SANDBOX_URLS"' in train and '--vllm_server_base_url "http://$VLLM_NODE:8000"' in train
+
+
+def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nodes(tmp_path):
+    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="g1,g2,c1,c2", SLURM_JOB_NODELIST_HET_GROUP_0="g1,g2",
+                         SLURM_JOB_NODELIST_HET_GROUP_1="c1,c2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "trainers: g1 (8 ranks); vLLM: g2; episode servers: http://c1:8200,http://c2:8200" in run.stdout
+    assert steps["episode"].startswith("--het-group=1 ") and "--nodelist=c1,c2" in steps["episode"]
+    assert "--nodelist=g2" in steps["vllm"] and "--nodelist=g1 " in steps["train"]
+
+
+def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):
+    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2")
+    assert run.returncode == 2 and "need at least 3 nodes" in run.stderr and steps == {}
