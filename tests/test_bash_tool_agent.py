@@ -245,3 +245,94 @@ def test_teacher_trajectories_are_sft_records_that_train_only_the_assistant_turn
         for tool in (m for m in record["messages"] if m["role"] == "tool"):
             assert f"<tool_response>\n{tool['content']}\n</tool_response>" in untrained  # the output: never trained
         assert "<tool_response>" not in trained and record["messages"][0]["content"] not in trained
+
+
+# ------------------------------------------------- a served checkpoint that acts in this harness (slow)
+
+def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], steps: int = 300) -> None:
+    """Teach the tiny model each (conversation so far, assistant answer) pair of `turns` by heart, rendered exactly as
+    the CPU server renders the bash-tool agent's requests (the tool in the prompt, thinking off), and save it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    examples = []
+    for messages, answer in turns:
+        prompt = tokenizer.apply_chat_template(messages, tools=[BASH_TOOL], tokenize=False, add_generation_prompt=True,
+                                               enable_thinking=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        examples.append((torch.tensor([prompt_ids + answer_ids]), torch.tensor([[-100] * len(prompt_ids) + answer_ids])))
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        for input_ids, labels in examples:
+            model(input_ids=input_ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+@pytest.fixture(scope="module")
+def taught_checkpoint(tmp_path_factory, tiny_model_path):
+    """A tiny checkpoint that, in the bash-tool harness, calls the tool with a count-lines task's solution and then
+    answers: its oracle episode (real tool output) learned turn by turn."""
+    from trainers.agentic_tasks import oracle_episode
+
+    root = tmp_path_factory.mktemp("taught")
+    generate(root / "tasks", 41, 1, ["count-lines"])
+    task = next((root / "tasks").iterdir())
+    messages = oracle_episode(task, TaskEnvironment())["messages"]
+    turns = []
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            answer = FINAL_ANSWER if not message.get("tool_calls") else "".join(
+                '<tool_call>\n{"name": "bash", "arguments": ' + call["function"]["arguments"] + '}\n</tool_call>'
+                for call in message["tool_calls"])
+            turns.append((messages[:i], answer))
+    checkpoint = root / "run" / "checkpoint-1"
+    memorize(tiny_model_path, checkpoint, turns)
+    return checkpoint, task, messages
+
+
+@pytest.mark.slow
+def test_the_cpu_server_returns_the_checkpoints_tool_call_as_an_openai_tool_call(taught_checkpoint):
+    import httpx
+
+    from eval.serve import serve_checkpoint
+
+    checkpoint, task, messages = taught_checkpoint
+    body = {"messages": messages[:1], "tools": [BASH_TOOL], "temperature": 0, "max_tokens": 128,
+            "chat_template_kwargs": {"enable_thinking": False}}
+    with serve_checkpoint(str(checkpoint), backend="cpu", max_model_len=4096, startup_timeout=120) as served:
+        url = f"{served.base_url}/chat/completions"
+        choice = httpx.post(url, json=body, timeout=120).json()["choices"][0]
+        as_text = httpx.post(url, json={**body, "tool_choice": "none"}, timeout=120).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "bash"
+    assert json.loads(call["function"]["arguments"]) == json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])
+    # tool_choice "none": the same generation, left as text (decoded as any answer: the tiny tokenizer's
+    # <tool_call> is a special token, so it goes, as vLLM's decoding would drop it)
+    assert as_text["finish_reason"] == "stop" and "tool_calls" not in as_text["message"]
+    assert as_text["message"]["content"].strip() == json.dumps(
+        {"name": "bash", "arguments": json.loads(call["function"]["arguments"])})
+
+
+@pytest.mark.slow
+def test_eval_run_scores_a_checkpoint_in_the_harness_it_was_taught(taught_checkpoint):
+    checkpoint, task, messages = taught_checkpoint
+    result = run([sys.executable, "-m", "eval.run", "--checkpoint", str(checkpoint), "--suite", str(task.parent),
+                  "--agent", "bash-tool", "--temperature", "0", "--max_tokens", "128", "--max_turns", "4"], timeout=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    results = json.loads((checkpoint / "eval_results.json").read_text())
+    assert results["agent"] == "bash-tool" and results["global_step"] == 1 and results["model"] == "run-checkpoint-1"
+    assert results["metrics"]["mean_reward"] == 1.0 and results["metrics"]["exceptions"] == {}
+    [trajectory] = Path(results["harbor_job_dir"]).glob("*/agent/trajectory.json")
+    steps = json.loads(trajectory.read_text())["steps"]
+    assert [step.get("tool_calls", [{}])[0].get("arguments") for step in steps[1:]] == [
+        json.loads(messages[1]["tool_calls"][0]["function"]["arguments"]), None]
+    assert steps[-1]["message"] == FINAL_ANSWER
