@@ -247,6 +247,52 @@ def test_teacher_trajectories_are_sft_records_that_train_only_the_assistant_turn
         assert "<tool_response>" not in trained and record["messages"][0]["content"] not in trained
 
 
+@pytest.mark.slow
+def test_model_errors_end_the_trial_as_agent_failures(tmp_path):
+    """A context overflow (vLLM's 400) and a server that keeps failing (500) after the first tool call: each trial
+    ends in the agent's exception, unscored (reward missing: 0 in the mean), as Terminus-2's do; the trajectory up to
+    there is written and the tokens counted."""
+    from common.errors import RequestError
+    from eval.openai_api import create_app as openai_app
+
+    generate(tmp_path / "tasks", 51, 2, ["write-value", "count-lines"])
+    teacher = Teacher(load_tasks(tmp_path / "tasks"))
+
+    async def complete(body):
+        task = teacher.match(body["messages"][0]["content"])
+        if any(m["role"] == "tool" for m in body["messages"]):
+            if task.name.startswith("write-value"):
+                raise RequestError("This model's maximum context length is 256 tokens. However, you requested 300 "
+                                   "tokens. Please reduce the length of the messages or completion.")
+            raise RuntimeError("the server broke")  # a 500
+        return teacher.answer(body)
+
+    app = openai_app("failing", lambda: {"status": "ok"}, teacher.models, complete)
+    with ServerThread(app) as url:
+        result = run([sys.executable, "-m", "eval.run", "--model_url", f"{url}/v1", "--model", "teacher", "--suite",
+                      str(tmp_path / "tasks"), "--agent", "bash-tool", "--jobs_dir", str(tmp_path / "jobs")])
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    results = json.loads((tmp_path / "jobs" / "eval_results.json").read_text())
+    assert results["metrics"]["exceptions"] == {"ContextLengthExceededError": 1, "ModelCallError": 1}
+    assert results["metrics"]["mean_reward"] == 0.0 and all(task["reward"] is None for task in results["tasks"])
+    for trial in Path(results["harbor_job_dir"]).glob("*__*"):
+        trajectory = json.loads((trial / "agent" / "trajectory.json").read_text())
+        assert [step["source"] for step in trajectory["steps"]] == ["user", "agent"]  # the call that ran, kept
+        assert trajectory["steps"][1]["observation"]["results"][0]["content"] == "(no output)"
+        agent_result = json.loads((trial / "result.json").read_text())["agent_result"]
+        assert agent_result["n_input_tokens"] > 0 and agent_result["metadata"]["ended_by"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_the_teacher_collects_bash_tool_trajectories(tmp_path):
+    generate(tmp_path / "tasks", 61, 1, ["sum-numbers"])
+    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(tmp_path / "tasks"), "--collect",
+                  str(tmp_path / "jobs"), "--agent", "bash-tool"])
+    assert result.returncode == 0 and "solved 1.0" in result.stderr, result.stderr[-3000:]
+    [trajectory] = (tmp_path / "jobs").glob("*/*/agent/trajectory.json")
+    assert json.loads(trajectory.read_text())["agent"]["name"] == "bash-tool"
+
+
 # ------------------------------------------------- a served checkpoint that acts in this harness (slow)
 
 def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], steps: int = 300) -> None:
