@@ -45,6 +45,8 @@ DEFAULT_MODEL = "teacher"
 FINAL_ANSWER = "Done."  # the teacher's last turn in the bash-tool harness (and the oracle episodes')
 HEREDOC_END = "SOLVE_EOF"
 _SKIP_LINE = re.compile(r"^\s*(#.*|set\s+-[euxo]+.*|)$")  # shebang, comments, `set -euo pipefail`, blank
+_CD_ONLY = re.compile(r"^cd(\s+[^;&|<>()`]+)?$")  # a line that only changes the directory
+WORKDIR_CD = 'cd "${APP_DIR:-/app}"'  # how the tasks' solve.sh start: the workdir, where every call starts anyway
 _SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
 
 
@@ -62,21 +64,22 @@ def heredoc(script: str) -> str:
 
 def bash_tool_commands(script: str) -> list[str]:
     """A solution script as calls of the bash-tool harness (common/bash_harness.py), where every call is a new shell
-    in the task's workdir: one call per command line when every line is a complete command (the script's
-    `cd "${APP_DIR...}"` left out, since a call starts in the workdir already, and a `cd DIR` joined to the command
-    after it with `&&`), else the whole script as one heredoc call. Oracle episodes (trainers/agentic_tasks.py) and
-    the teacher's tool calls are these."""
+    in the task's workdir: one call per command line when every line is a complete command, each run where the
+    script would run it (a line that is only `cd DIR` is not a call: the commands after it go `cd DIR && ...`; the
+    script's `cd "${APP_DIR:-/app}"`, the workdir, is dropped), else the whole script as one heredoc call. Oracle
+    episodes (trainers/agentic_tasks.py) and the teacher's tool calls are these."""
     lines = [line.strip() for line in solution_lines(script)]
     if not (lines and all(_complete_command(line) for line in lines)):
         return [heredoc(script)]
     commands: list[str] = []
+    where: str | None = None  # the `cd`s since the workdir, as one prefix
     for line in lines:
-        if line.startswith('cd "${APP_DIR'):
-            continue
-        if commands and commands[-1].startswith("cd ") and "&&" not in commands[-1]:
-            commands[-1] += " && " + line
+        if line == WORKDIR_CD:
+            where = None
+        elif _CD_ONLY.match(line):
+            where = f"{where} && {line}" if where else line
         else:
-            commands.append(line)
+            commands.append(f"{where} && {line}" if where else line)
     return commands
 
 

@@ -95,9 +95,12 @@ def test_the_teacher_answers_tool_requests_with_one_call_per_command_then_a_sent
 def test_a_script_with_multi_line_constructs_is_one_call(teacher):
     task = next(t for t in teacher.tasks if t.name == "csv-etl-quoting")
     assert bash_tool_commands(task.script) == [f"bash <<'{HEREDOC_END}'\n{task.script}{HEREDOC_END}"]
-    # each call is a new shell in the workdir: a `cd` goes with the command after it
-    assert bash_tool_commands("#!/bin/bash\nset -e\ncd \"${APP_DIR:-/app}\"\ncd work\nls\ntouch x\n") == [
-        "cd work && ls", "touch x"]
+    # each call is a new shell in the workdir: a command runs where the script would run it
+    assert bash_tool_commands('#!/bin/bash\nset -e\ncd "${APP_DIR:-/app}"\nls\ncd work\nls\ncd sub\ntouch x\n'
+                              'cd "${APP_DIR:-/app}"\nrm y\n') == ["ls", "cd work && ls", "cd work && cd sub && touch x",
+                                                                    "rm y"]
+    deploy = next(t for t in teacher.tasks if t.name == "deploy-perms-config")  # its solve.sh: cd "${APP_DIR}/deploy"
+    assert all(c.startswith('cd "${APP_DIR:-/app}/deploy" && ') for c in bash_tool_commands(deploy.script))
     assert solution_lines("#!/bin/bash\n# note\nls\n") == ["ls"]
 
 
@@ -114,14 +117,16 @@ def test_bad_tool_requests_are_400(teacher):
     assert bad_choice.status_code == 400 and "tool_choice" in bad_choice.json()["error"]["message"]
 
 
-def test_oracle_episodes_run_a_heredoc_solution_as_one_call(tmp_path):
-    task = tmp_path / "csv-etl-quoting"
-    shutil.copytree(TERMINAL / "csv-etl-quoting", task)
+@pytest.mark.parametrize("name, n_calls", [("csv-etl-quoting", 1), ("deploy-perms-config", 7)])
+def test_oracle_episodes_of_builtin_tasks_are_solved(tmp_path, name, n_calls):
+    """A heredoc solution runs as one call; one that works in a subfolder runs every command there."""
     from trainers.agentic_tasks import oracle_episode
 
+    task = tmp_path / name
+    shutil.copytree(TERMINAL / name, task)
     record = oracle_episode(task, TaskEnvironment())
     calls = [m for m in record["messages"] if m.get("tool_calls")]
-    assert len(calls) == 1 and record["metadata"]["reward"] == 1.0
+    assert len(calls) == n_calls and record["metadata"]["reward"] == 1.0
 
 
 # --------------------------------------------------------------------------------------- eval.run wiring
