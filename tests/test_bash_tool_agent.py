@@ -300,9 +300,11 @@ def test_the_teacher_collects_bash_tool_trajectories(tmp_path):
 
 # ------------------------------------------------- a served checkpoint that acts in this harness (slow)
 
-def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], steps: int = 300) -> None:
+def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], max_steps: int = 300,
+             done_loss: float = 0.01) -> int:
     """Teach the tiny model each (conversation so far, assistant answer) pair of `turns` by heart, rendered exactly as
-    the CPU server renders the bash-tool agent's requests (the tool in the prompt, thinking off), and save it."""
+    the CPU server renders the bash-tool agent's requests (the tool in the prompt, thinking off), and save it. Stops
+    when every answer's loss is under `done_loss`; returns the steps taken."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -318,13 +320,19 @@ def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], st
     torch.manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
-    for _ in range(steps):
+    for step in range(1, max_steps + 1):
+        losses = []
         for input_ids, labels in examples:
-            model(input_ids=input_ids, labels=labels).loss.backward()
+            loss = model(input_ids=input_ids, labels=labels).loss
+            loss.backward()
+            losses.append(loss.item())
         optimizer.step()
         optimizer.zero_grad()
+        if max(losses) < done_loss:
+            break
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    return step
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +353,7 @@ def taught_checkpoint(tmp_path_factory, tiny_model_path):
                 for call in message["tool_calls"])
             turns.append((messages[:i], answer))
     checkpoint = root / "run" / "checkpoint-1"
-    memorize(tiny_model_path, checkpoint, turns)
+    print(f"memorized {len(turns)} turns in {memorize(tiny_model_path, checkpoint, turns)} steps")
     return checkpoint, task, messages
 
 
