@@ -23,6 +23,7 @@ SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches the agent (Lit
 the bash-tool agent) through the harbor subprocess's environment, never its command line. The job dirs go to
 --jobs_dir (default outputs/evals/<model>) and eval_results.json into that jobs dir.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -79,7 +79,8 @@ class BashToolOptions(AgentOptions):
     max_tokens: int | None = Field(default=None, description="Max tokens per model call (default: the server's).")
     max_turns: int | None = Field(default=None, description=(
         "Model calls per trial; the last one's tool calls are not run. Default: no limit but the agent timeout."))
-    command_timeout_sec: float = Field(default=DEFAULT_COMMAND_TIMEOUT_SEC, description="Seconds one bash call may run.")
+    command_timeout_sec: float = Field(default=DEFAULT_COMMAND_TIMEOUT_SEC,
+                                       description="Seconds one bash call may run.")
     max_output_chars: int = Field(default=DEFAULT_MAX_OUTPUT_CHARS, description="Characters of a call's output kept.")
     enable_thinking: bool | None = Field(default=False, description=(
         "chat_template_kwargs.enable_thinking sent to the server (null: not sent)."))

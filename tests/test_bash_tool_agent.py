@@ -4,7 +4,9 @@ jobs in the local sandbox through the teacher and through a served checkpoint, a
 
 import inspect
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,8 +48,23 @@ def test_the_tool_schema_is_what_trl_derives_from_the_trainers_tool(tokenizer):
     assert get_json_schema(TaskEnvironment.bash) == BASH_TOOL == get_json_schema(TaskEnvironment().bash)
     prompt = task_prompt(TERMINAL / "backup-cron-crlf")
     rendered = [tokenizer.apply_chat_template(prompt, tools=tools, tokenize=False, add_generation_prompt=True,
-                                              enable_thinking=False) for tools in ([BASH_TOOL], [TaskEnvironment().bash])]
+                                              enable_thinking=False)
+                for tools in ([BASH_TOOL], [TaskEnvironment().bash])]
     assert rendered[0] == rendered[1] and '"name": "bash"' in rendered[0]
+
+
+@pytest.mark.parametrize("python", [sys.executable, str(REPO / ".venv-harbor" / "bin" / "python")],
+                         ids=["training-venv", "harbor-venv"])
+def test_the_harness_imports_only_the_standard_library(python):
+    if not Path(python).exists():
+        pytest.skip(f"{python} missing")
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); before = set(sys.modules); import common.bash_harness; "
+              "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+              "- set(sys.stdlib_module_names) - {'common'})))")
+    # -S: no site-packages, so a third-party import fails or shows up
+    outside = subprocess.run([python, "-S", "-c", script, str(REPO)], capture_output=True, text=True, timeout=60,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert outside.returncode == 0 and json.loads(outside.stdout) == [], outside.stderr[-2000:]
 
 
 def test_a_call_the_tool_cannot_take_gets_trls_error():
@@ -96,9 +113,9 @@ def test_a_script_with_multi_line_constructs_is_one_call(teacher):
     task = next(t for t in teacher.tasks if t.name == "csv-etl-quoting")
     assert bash_tool_commands(task.script) == [f"bash <<'{HEREDOC_END}'\n{task.script}{HEREDOC_END}"]
     # each call is a new shell in the workdir: a command runs where the script would run it
-    assert bash_tool_commands('#!/bin/bash\nset -e\ncd "${APP_DIR:-/app}"\nls\ncd work\nls\ncd sub\ntouch x\n'
-                              'cd "${APP_DIR:-/app}"\nrm y\n') == ["ls", "cd work && ls", "cd work && cd sub && touch x",
-                                                                    "rm y"]
+    script = "\n".join(["#!/bin/bash", "set -e", 'cd "${APP_DIR:-/app}"', "ls", "cd work", "ls", "cd sub", "touch x",
+                        'cd "${APP_DIR:-/app}"', "rm y"])
+    assert bash_tool_commands(script) == ["ls", "cd work && ls", "cd work && cd sub && touch x", "rm y"]
     deploy = next(t for t in teacher.tasks if t.name == "deploy-perms-config")  # its solve.sh: cd "${APP_DIR}/deploy"
     assert all(c.startswith('cd "${APP_DIR:-/app}/deploy" && ') for c in bash_tool_commands(deploy.script))
     assert solution_lines("#!/bin/bash\n# note\nls\n") == ["ls"]
@@ -316,7 +333,8 @@ def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], ma
                                                enable_thinking=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
-        examples.append((torch.tensor([prompt_ids + answer_ids]), torch.tensor([[-100] * len(prompt_ids) + answer_ids])))
+        examples.append((torch.tensor([prompt_ids + answer_ids]),
+                         torch.tensor([[-100] * len(prompt_ids) + answer_ids])))
     torch.manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
@@ -373,7 +391,8 @@ def test_the_cpu_server_returns_the_checkpoints_tool_call_as_an_openai_tool_call
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
     [call] = choice["message"]["tool_calls"]
     assert call["type"] == "function" and call["function"]["name"] == "bash"
-    assert json.loads(call["function"]["arguments"]) == json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])
+    taught = json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])
+    assert json.loads(call["function"]["arguments"]) == taught
     # tool_choice "none": the same generation, left as text (decoded as any answer: the tiny tokenizer's
     # <tool_call> is a special token, so it goes, as vLLM's decoding would drop it)
     assert as_text["finish_reason"] == "stop" and "tool_calls" not in as_text["message"]
