@@ -7,21 +7,85 @@ served one at a time; `stream=true` and `n > 1` are refused (400); a prompt plus
 answers 400 with vLLM's wording, so LiteLLM/Terminus-2 recognise it as a context-length error. Sampling defaults
 come from the checkpoint's generation_config.json, as vLLM's `--generation-config auto` does.
 
+Tool calling, as vLLM serves Qwen3 with `--enable-auto-tool-choice --tool-call-parser hermes` (eval/serve.py passes
+those flags to its vLLM backend): a request's `tools` (checked: a 400 for anything but function tools) are rendered
+by the chat template (`apply_chat_template(tools=...)`); incoming assistant `tool_calls` have their JSON-string
+`arguments` read back into objects, so the template renders them as it renders a trained conversation, and `tool`
+messages render as the template's tool responses. The answer is decoded with the special tokens kept (as the hermes
+parser makes vLLM do) and each `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block becomes an OpenAI
+tool call (id, type function, name, arguments as a JSON string), finish_reason "tool_calls", content the text around
+them (None when there is none). A block that is not such JSON leaves the whole answer as text, as hermes does.
+`tool_choice` "auto" (the default) or "none" (tools rendered, nothing parsed).
+
     python -m eval.cpu_server --checkpoint builtin:tiny-qwen3 --served_model_name tiny-qwen3 --port 8000
 """
 
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from common.errors import RequestError
-from eval.openai_api import chat_completion, create_app as create_openai_app, message_text, model_list
+from eval.openai_api import (chat_completion, create_app as create_openai_app, message_text, model_list, request_tools,
+                             tool_call)
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
+# vLLM's hermes tool parser's pattern: closed blocks, or an unclosed one running to the end of the answer
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+
+
+def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
+    """The content and OpenAI tool calls of a generated answer with Qwen3/Hermes `<tool_call>` blocks. An answer
+    with no block, or with one that is not `{"name": str, "arguments": object}` JSON, is all content, no calls."""
+    if "<tool_call>" not in text:
+        return text, []
+    calls = []
+    for match in TOOL_CALL_BLOCK.finditer(text):
+        raw = match.group(1) if match.group(1) is not None else match.group(2)
+        try:
+            call = json.loads(raw)
+        except json.JSONDecodeError:
+            return text, []
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"]
+                and isinstance(call.get("arguments", {}), dict)):
+            return text, []
+        calls.append(tool_call(call["name"], call.get("arguments", {})))
+    content = TOOL_CALL_BLOCK.sub("", text).strip()
+    return content or None, calls
+
+
+def _template_messages(messages: list) -> list[dict]:
+    """Request messages as the chat template wants them: content parts flattened, and assistant tool calls'
+    `arguments` (JSON strings, OpenAI style) read back into objects."""
+    out = []
+    for i, message in enumerate(messages):
+        message = {**message, "content": message_text(message.get("content"))}
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if message.get("role") != "assistant" or not isinstance(calls, list):
+                raise RequestError(f"messages[{i}].tool_calls: only an assistant message has tool_calls, a list",
+                                   param="messages")
+            fixed = []
+            for j, call in enumerate(calls):
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                    raise RequestError(f"messages[{i}].tool_calls[{j}] must be {{\"type\": \"function\", "
+                                       f"\"function\": {{\"name\", \"arguments\"}}}}", param="messages")
+                arguments = function.get("arguments")
+                if isinstance(arguments, str):
+                    try:
+                        arguments = json.loads(arguments) if arguments.strip() else {}
+                    except json.JSONDecodeError as err:
+                        raise RequestError(f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON "
+                                           f"({err.msg})", param="messages") from None
+                fixed.append({**call, "function": {**function, "arguments": arguments or {}}})
+            message["tool_calls"] = fixed
+        out.append(message)
+    return out
 
 
 def _int_field(body: dict, key: str, minimum: int) -> int | None:
@@ -112,8 +176,9 @@ class Generator:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m
                                                                      for m in messages):
             raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
-        messages = [{**m, "content": message_text(m.get("content"))} for m in messages]
-        template_kwargs = {}
+        messages = _template_messages(messages)
+        tools = request_tools(body)
+        template_kwargs = {"tools": tools} if tools else {}
         chat_kwargs = body.get("chat_template_kwargs") or {}
         if isinstance(chat_kwargs, dict) and "enable_thinking" in chat_kwargs:
             template_kwargs["enable_thinking"] = bool(chat_kwargs["enable_thinking"])
@@ -160,6 +225,7 @@ class Generator:
             "stop": [s for s in stop or [] if s],
             "stop_token_ids": [int(t) for t in stop_token_ids],
             "seed": seed,
+            "parse_tools": bool(tools) and body.get("tool_choice") != "none",
         }
 
     def generate(self, req: dict) -> dict:
@@ -186,11 +252,16 @@ class Generator:
         if new and new[-1] in stop_ids:
             finish = "stop"
         text_ids = new[:-1] if finish == "stop" else new
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+        # with tools, the special tokens stay (<tool_call> is one), as vLLM's hermes parser has it decode
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=not req["parse_tools"])
         hits = [i for i in (text.find(s) for s in req["stop"]) if i >= 0]
         if hits:
             text, finish = text[:min(hits)], "stop"
-        return chat_completion(self.served_model_name, text, finish, len(req["prompt_ids"]), len(new))
+        calls = []
+        if req["parse_tools"]:
+            text, calls = parse_tool_calls(text)
+        return chat_completion(self.served_model_name, text, "tool_calls" if calls else finish,
+                               len(req["prompt_ids"]), len(new), tool_calls=calls)
 
 
 def create_app(generator: Generator):

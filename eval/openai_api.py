@@ -29,6 +29,30 @@ def message_text(content: Any) -> Any:
     return content
 
 
+def request_tools(body: dict) -> list[dict] | None:
+    """A request's `tools`, checked (a RequestError, so a 400, for anything but a list of function tools with a
+    name); None when there are none."""
+    tools = body.get("tools")
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise RequestError(f"tools must be a list of function tools, got {type(tools).__name__}", param="tools")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
+            raise RequestError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}, got "
+                               f"{json.dumps(tool)[:120]}", param="tools")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise RequestError(f"tools[{i}].function.name must be a non-empty string", param="tools")
+        if "parameters" in function and not isinstance(function["parameters"], dict):
+            raise RequestError(f"tools[{i}].function.parameters must be a JSON schema object", param="tools")
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise RequestError(f"tool_choice {json.dumps(choice)[:80]} is not supported: use \"auto\" or \"none\"",
+                           param="tool_choice")
+    return tools
+
+
 def model_list(name: str, created: int, max_model_len: int | None) -> dict:
     """`GET /v1/models` for one served model, with vLLM's `max_model_len`."""
     return {"object": "list", "data": [{
@@ -36,13 +60,23 @@ def model_list(name: str, created: int, max_model_len: int | None) -> dict:
         "parent": None, "max_model_len": max_model_len}]}
 
 
-def chat_completion(model: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
-    """A non-streaming chat completion with one assistant choice."""
+def tool_call(name: str, arguments: dict, call_id: str | None = None) -> dict:
+    """One OpenAI tool call of an assistant message: `arguments` as a JSON string, as OpenAI and vLLM send them."""
+    return {"id": call_id or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def chat_completion(model: str, text: str | None, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+                    tool_calls: list[dict] | None = None) -> dict:
+    """A non-streaming chat completion with one assistant choice (with `tool_calls` when given: finish_reason
+    "tool_calls", and content the text around them, None when there is none)."""
+    message = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                     "finish_reason": finish_reason}],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }

@@ -1,6 +1,6 @@
 """Evaluate a checkpoint: serve it, run a Harbor job, score it, write eval_results.json, log to W&B.
 
-    python -m eval.run --checkpoint DIR --suite SUITE [--agent terminus-2|oracle|nop] [--attempts K]
+    python -m eval.run --checkpoint DIR --suite SUITE [--agent terminus-2|bash-tool|oracle|nop] [--attempts K]
         [--concurrency N] [--env local|docker|daytona|...] [--temperature T] [--max_tokens N] [--context_size N]
         [--parser json|xml] [--max_turns N] [--timeout_multiplier X] [--jobs_dir DIR]
         [--results_file NAME] [--wandb_run_id ID]
@@ -9,16 +9,19 @@
 The eval options and their defaults are eval/settings.py's `EvalSettings` (the recipes' `eval_<name>` keys are
 the same settings). SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`,
 `terminal-bench/terminal-bench-2-1`) or a local path to Harbor tasks. `--env local` is this repo's sandbox
-(harbor_plugins/local_sandbox.py, over sandbox/); every other value is one of Harbor's environments. Terminus-2
-reaches the checkpoint through an OpenAI-compatible URL: vLLM where a GPU and vLLM are present, the built-in CPU
-server otherwise (eval/serve.py, eval/cpu_server.py).
+(harbor_plugins/local_sandbox.py, over sandbox/); every other value is one of Harbor's environments. The agents
+that call a model reach the checkpoint through an OpenAI-compatible URL: vLLM where a GPU and vLLM are present, the
+built-in CPU server otherwise (eval/serve.py, eval/cpu_server.py). They are Harbor's Terminus-2 (`-a terminus-2`,
+JSON keystrokes in the text) and this repo's bash-tool agent (`-a harbor_plugins.bash_tool_agent:BashToolAgent`:
+the harness agentic GRPO trains, one `bash` tool; common/bash_harness.py), each given the same model, api_base,
+temperature, max_tokens and max_turns.
 
-`--model_url URL --model NAME` instead of `--checkpoint`: Terminus-2 drives a model that is already served behind
+`--model_url URL --model NAME` instead of `--checkpoint`: the agent drives a model that is already served behind
 an OpenAI-compatible URL (a teacher on vLLM, a hosted API, eval/scripted_teacher.py), nothing is served; one
 command evaluates a baseline or collects teacher trajectories (trainers/sources.py reads the Harbor job dirs as
-SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches LiteLLM through the harbor subprocess's
-environment, never its command line. The job dirs go to --jobs_dir (default outputs/evals/<model>) and
-eval_results.json into that jobs dir.
+SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches the agent (LiteLLM's hosted_vllm provider, or
+the bash-tool agent) through the harbor subprocess's environment, never its command line. The job dirs go to
+--jobs_dir (default outputs/evals/<model>) and eval_results.json into that jobs dir.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ HARBOR_VENV = REPO / ".venv-harbor"
 BUILTIN_SUITES = {"builtin:terminal": REPO / "eval" / "tasks" / "terminal",
                   "builtin:evocode": REPO / "eval" / "tasks" / "evocode"}
 LOCAL_ENV = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
+# agents of this repo, which Harbor loads by import path (its own are passed by name)
+AGENT_IMPORT_PATHS = {"bash-tool": "harbor_plugins.bash_tool_agent:BashToolAgent"}
 
 
 class EvalError(RuntimeError):
@@ -93,13 +98,18 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
     harbor = HARBOR_VENV / "bin" / "harbor"
     if not harbor.exists():
         raise EvalError(f"{harbor}: Harbor is not installed; run `make setup` (it creates .venv-harbor)")
-    command = [str(harbor), "run", *suite_source(settings.suite), "-a", settings.agent,
+    command = [str(harbor), "run", *suite_source(settings.suite),
+               "-a", AGENT_IMPORT_PATHS.get(settings.agent, settings.agent),
                "-k", str(settings.attempts), "-n", str(settings.concurrency), "-o", str(jobs_dir),
                "--job-name", job_name, "-y",
                "--env", LOCAL_ENV if settings.env == "local" else settings.env]
     if settings.timeout_multiplier != 1.0:
         command += ["--timeout-multiplier", str(settings.timeout_multiplier)]
-    if served is not None:
+    if served is not None and settings.agent == "bash-tool":
+        kwargs = {"api_base": served.base_url, "temperature": settings.temperature, "max_tokens": settings.max_tokens,
+                  **({"max_turns": settings.max_turns} if settings.max_turns else {}),
+                  **settings.extra_agent_kwargs}
+    elif served is not None:
         max_input = settings.context_size or served.max_model_len or 32768
         model_info = {"max_input_tokens": max_input, "max_output_tokens": settings.max_tokens,
                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
@@ -109,6 +119,7 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
                   "record_terminal_session": False,  # no asciinema recording (it may be absent, and it costs time)
                   **({"max_turns": settings.max_turns} if settings.max_turns else {}),
                   **settings.extra_agent_kwargs}
+    if served is not None:
         command += ["-m", served.harbor_model]
         for key, value in kwargs.items():
             command += ["--ak", f"{key}={value}"]
@@ -144,7 +155,7 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     started = time.monotonic()
     # a distinct served name per run and checkpoint: Harbor keys its results by model name
     name = "-".join(part for part in (checkpoint_dir.resolve().parent.name, checkpoint_dir.name) if part)
-    serving = (serve_checkpoint(checkpoint, served_model_name=name) if settings.agent == "terminus-2"
+    serving = (serve_checkpoint(checkpoint, served_model_name=name) if settings.agent in eval_settings.MODEL_AGENTS
                else nullcontext(None))
     with serving as served:
         command = harbor_command(settings, job_name, jobs_dir, served)
@@ -163,16 +174,18 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
 
 def evaluate_endpoint(model_url: str, model: str, settings: EvalSettings, api_key: str | None = None,
                       results_file: str = RESULTS_FILE, progress=print) -> dict:
-    """Run one suite with Terminus-2 driving `model` at `model_url` (OpenAI-compatible, served elsewhere); the
-    Harbor jobs go to settings.jobs_dir (default outputs/evals/<model>) and `results_file` into that jobs dir."""
+    """Run one suite with Terminus-2 or the bash-tool agent (settings.agent) driving `model` at `model_url`
+    (OpenAI-compatible, served elsewhere); the Harbor jobs go to settings.jobs_dir (default outputs/evals/<model>)
+    and `results_file` into that jobs dir."""
     from eval.job_dir import read_job
     from eval.serve import sanitize_model_name
 
     invalid = eval_settings.choice_error(settings)
     if invalid:
         raise EvalError(invalid)
-    if settings.agent != "terminus-2":
-        raise EvalError(f"--model_url drives Terminus-2; --agent {settings.agent} uses no model (use --checkpoint)")
+    if settings.agent not in eval_settings.MODEL_AGENTS:
+        raise EvalError(f"--model_url drives a model ({' or '.join(eval_settings.MODEL_AGENTS)}); --agent "
+                        f"{settings.agent} uses none (use --checkpoint)")
     if not model_url.startswith(("http://", "https://")):
         raise EvalError(f"--model_url {model_url}: not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
     jobs_dir = Path(settings.jobs_dir) if settings.jobs_dir else REPO / "outputs" / "evals" / sanitize_model_name(model)
@@ -201,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", help="checkpoint dir (or builtin:tiny-qwen3), served for the eval; or "
                         "--model_url")
     parser.add_argument("--model_url", help=(
-        "an OpenAI-compatible base URL (http://HOST:PORT/v1) Terminus-2 calls instead of serving a checkpoint; "
+        "an OpenAI-compatible base URL (http://HOST:PORT/v1) the agent calls instead of serving a checkpoint; "
         "results: --jobs_dir (default outputs/evals/<model>) gets the Harbor jobs and the results file"))
     parser.add_argument("--model", help="with --model_url: the model name the server expects")
     parser.add_argument("--api_key", help=(

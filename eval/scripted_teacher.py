@@ -1,7 +1,9 @@
 """A scripted teacher: an OpenAI-compatible server (`GET /health`, `GET /v1/models`, `POST
-/v1/chat/completions`) that answers Harbor's Terminus-2 with each task's reference solution, as Terminus-2
-JSON actions. Offline, with no model, it produces real Terminus-2 trajectories (its prompts, terminal screens
-and format) whose actions solve the task: teacher data for SFT, and a check of the collect-trajectories path.
+/v1/chat/completions`) that answers with each task's reference solution, in the harness the request speaks:
+Terminus-2 JSON actions, or bash tool calls when the request carries `tools` (the bash-tool harness,
+common/bash_harness.py, which harbor_plugins/bash_tool_agent.py drives). Offline, with no model, it produces real
+trajectories of either harness (their prompts, tool output or terminal screens, and format) whose actions solve the
+task: teacher data for SFT, and a check of the collect-trajectories path.
 
 - The task: the task folder under --tasks whose instruction.md text is inside the first user message
   (Terminus-2 puts the instruction into its prompt); a prompt that matches none is answered 400.
@@ -10,14 +12,17 @@ and format) whose actions solve the task: teacher data for SFT, and a check of t
   out: they would end the interactive shell on an error), else the whole script as one
   `bash <<'SOLVE_EOF' ... SOLVE_EOF` block (heredocs, loops and continued lines run as written).
 - Every later turn: no commands and `"task_complete": true` (Terminus-2 asks to confirm completion once).
+- With `tools` (which must name `bash`): one `bash` tool call per turn, the calls `bash_tool_commands` makes of
+  solve.sh (the oracle episodes of trainers/agentic_tasks.py are the same calls), then the answer "Done." without a
+  tool call, which ends the episode.
 
     python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
-    python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal
+    python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal [--agent bash-tool]
 
 or both in one command, the trajectories of every task into a jobs dir (an SFT source; keep the solved ones
 with `min_reward: 1`):
 
-    python -m eval.scripted_teacher --tasks DIR --collect OUT [--concurrency 16]
+    python -m eval.scripted_teacher --tasks DIR --collect OUT [--agent terminus-2|bash-tool] [--concurrency 16]
 """
 
 import argparse
@@ -30,18 +35,52 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.bash_harness import TOOL_NAME
 from common.errors import RequestError
-from eval.openai_api import chat_completion, create_app as create_openai_app, message_text, model_list
+from eval.openai_api import (chat_completion, create_app as create_openai_app, message_text, model_list, request_tools,
+                             tool_call)
+from eval.settings import MODEL_AGENTS
 
 DEFAULT_MODEL = "teacher"
+FINAL_ANSWER = "Done."  # the teacher's last turn in the bash-tool harness (and the oracle episodes')
 HEREDOC_END = "SOLVE_EOF"
 _SKIP_LINE = re.compile(r"^\s*(#.*|set\s+-[euxo]+.*|)$")  # shebang, comments, `set -euo pipefail`, blank
+_CD_ONLY = re.compile(r"^cd(\s+[^;&|<>()`]+)?$")  # a line that only changes the directory
+WORKDIR_CD = 'cd "${APP_DIR:-/app}"'  # how the tasks' solve.sh start: the workdir, where every call starts anyway
 _SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
 
 
 def solution_lines(script: str) -> list[str]:
     """The lines of a solution script that do something (not the shebang, comments, `set -e...` or blank lines)."""
     return [line for line in script.splitlines() if not _SKIP_LINE.match(line)]
+
+
+def heredoc(script: str) -> str:
+    """A whole script as one command line: `bash <<'SOLVE_EOF'` ... `SOLVE_EOF` (heredocs, loops and continued lines
+    run as written)."""
+    body = script if script.endswith("\n") else script + "\n"
+    return f"bash <<'{HEREDOC_END}'\n{body}{HEREDOC_END}"
+
+
+def bash_tool_commands(script: str) -> list[str]:
+    """A solution script as calls of the bash-tool harness (common/bash_harness.py), where every call is a new shell
+    in the task's workdir: one call per command line when every line is a complete command, each run where the
+    script would run it (a line that is only `cd DIR` is not a call: the commands after it go `cd DIR && ...`; the
+    script's `cd "${APP_DIR:-/app}"`, the workdir, is dropped), else the whole script as one heredoc call. Oracle
+    episodes (trainers/agentic_tasks.py) and the teacher's tool calls are these."""
+    lines = [line.strip() for line in solution_lines(script)]
+    if not (lines and all(_complete_command(line) for line in lines)):
+        return [heredoc(script)]
+    commands: list[str] = []
+    where: str | None = None  # the `cd`s since the workdir, as one prefix
+    for line in lines:
+        if line == WORKDIR_CD:
+            where = None
+        elif _CD_ONLY.match(line):
+            where = f"{where} && {line}" if where else line
+        else:
+            commands.append(f"{where} && {line}" if where else line)
+    return commands
 
 
 def _squash(text: str) -> str:
@@ -71,10 +110,12 @@ class ScriptedTask:
         lines = solution_lines(self.script)
         if lines and all(_complete_command(line) for line in lines):
             return [{"keystrokes": line + "\n", "duration": _duration(line)} for line in lines]
-        body = self.script if self.script.endswith("\n") else self.script + "\n"
-        lines = body.count("\n")
-        return [{"keystrokes": f"bash <<'{HEREDOC_END}'\n{body}{HEREDOC_END}\n",
-                 "duration": float(min(30, 4 + lines // 8))}]
+        block = heredoc(self.script)
+        return [{"keystrokes": block + "\n", "duration": float(min(30, 4 + (block.count("\n") - 1) // 8))}]
+
+    def tool_commands(self) -> list[str]:
+        """The reference solution as bash tool calls (bash_tool_commands)."""
+        return bash_tool_commands(self.script)
 
     def first_action(self) -> dict:
         commands = self.commands()
@@ -136,6 +177,17 @@ class Teacher:
             raise RequestError(f"the first user message matches none of the {len(self.tasks)} tasks' instruction.md "
                                f"(its start: {first[:120]!r})", param="messages")
         turns = sum(1 for m in messages if m.get("role") == "assistant")
+        tools = request_tools(body)
+        if tools is not None:  # the bash-tool harness: the solution's commands as tool calls, one per turn
+            if not any(tool["function"]["name"] == TOOL_NAME for tool in tools):
+                raise RequestError(f"the scripted teacher calls the {TOOL_NAME!r} tool; tools has none of that name",
+                                   param="tools")
+            commands = task.tool_commands()
+            if turns < len(commands):
+                call = tool_call(TOOL_NAME, {"command": commands[turns]}, f"call_{turns}")
+                return chat_completion(self.model, None, "tool_calls", len(first) // 4,
+                                       len(call["function"]["arguments"]) // 4, tool_calls=[call])
+            return chat_completion(self.model, FINAL_ANSWER, "stop", len(first) // 4, len(FINAL_ANSWER) // 4)
         action = task.first_action() if turns == 0 else task.done_action()
         text = action_text(action)
         return chat_completion(self.model, text, "stop", len(first) // 4, len(text) // 4)
@@ -153,10 +205,11 @@ def create_app(teacher: Teacher):
                              teacher.models, complete)
 
 
-def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, progress=print) -> dict:
-    """Serve the teacher on a free loopback port and run Terminus-2 on every task of `tasks_dir` against it
-    (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json, lands in `jobs_dir`.
-    Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
+def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, progress=print,
+            agent: str = "terminus-2") -> dict:
+    """Serve the teacher on a free loopback port and run `agent` (terminus-2 or bash-tool) on every task of
+    `tasks_dir` against it (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json,
+    lands in `jobs_dir`. Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
     from common.net import free_port, stop_process, wait_until_healthy
     from eval.run import evaluate_endpoint
     from eval.settings import EvalSettings
@@ -171,8 +224,9 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
     try:
         wait_until_healthy(f"http://127.0.0.1:{port}", server, timeout=60,
                            details=lambda: log_path.read_text(errors="replace")[-2000:])
-        # temperature 0: the teacher ignores it; Terminus-2's settings otherwise as eval.run's defaults
-        settings = EvalSettings(suite=str(tasks_dir), concurrency=concurrency, jobs_dir=str(jobs_dir), temperature=0.0)
+        # temperature 0: the teacher ignores it; the agent's settings otherwise as eval.run's defaults
+        settings = EvalSettings(suite=str(tasks_dir), agent=agent, concurrency=concurrency, jobs_dir=str(jobs_dir),
+                                temperature=0.0)
         return evaluate_endpoint(f"http://127.0.0.1:{port}/v1", DEFAULT_MODEL, settings, progress=progress)
     finally:
         stop_process(server)
@@ -189,15 +243,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--log_level", default="warning")
     parser.add_argument("--collect", metavar="OUT", help=(
-        "instead of serving until stopped: serve on a free port, run Terminus-2 on every task against it and put "
+        "instead of serving until stopped: serve on a free port, run --agent on every task against it and put "
         "the Harbor job (the teacher trajectories) into OUT"))
+    parser.add_argument("--agent", choices=MODEL_AGENTS, default="terminus-2", help=(
+        "with --collect: the harness of the trajectories: Terminus-2's JSON keystrokes, or the bash tool that "
+        "agentic GRPO trains (default: %(default)s)"))
     parser.add_argument("--concurrency", type=int, default=16, help="with --collect: trials at once (default: "
                         "%(default)s; the teacher answers at once, so trials wait only on their sandboxes)")
     args = parser.parse_args(argv)
     if args.collect:
         started = time.monotonic()
         try:
-            results = collect(args.tasks, args.collect, args.concurrency, progress=lambda m: print(m, file=sys.stderr))
+            results = collect(args.tasks, args.collect, args.concurrency, progress=lambda m: print(m, file=sys.stderr),
+                              agent=args.agent)
         except Exception as err:  # a missing task folder, Harbor not installed, a teacher that did not start
             print(f"error: {err}", file=sys.stderr)
             return 2

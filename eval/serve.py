@@ -3,8 +3,8 @@ the vLLM command line, and `serve_checkpoint`.
 
 Two backends, one contract (`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`):
 
-- `vllm`: `vllm serve CHECKPOINT --served-model-name NAME --max-model-len L ...`, chosen automatically where
-  a GPU and vLLM are present;
+- `vllm`: `vllm serve CHECKPOINT --served-model-name NAME --max-model-len L --enable-auto-tool-choice
+  --tool-call-parser hermes ...`, chosen automatically where a GPU and vLLM are present;
 - `cpu`: the built-in server of eval/cpu_server.py (FastAPI + transformers `generate`), the default elsewhere
   (CI, laptops, the embedded tiny model).
 
@@ -109,9 +109,12 @@ def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str =
     """The `vllm serve` command line for a (resolved) checkpoint directory or Hugging Face name.
 
     A PEFT adapter directory (adapter_config.json, no config.json) is served as LoRA on its base model, under
-    the served name. No tool-call or reasoning parser is added: Terminus-2 parses JSON/XML from `content`;
-    pass `--reasoning-parser ...` in extra_args for thinking models. tensor_parallel_size None: every visible GPU
-    the head count allows (auto_tensor_parallel)."""
+    the served name. Tool calls are parsed as vLLM parses Qwen3's (`--enable-auto-tool-choice --tool-call-parser
+    hermes`), so the bash-tool agent (harbor_plugins/bash_tool_agent.py, requests with `tools`) gets OpenAI
+    `tool_calls` from vLLM as it does from the CPU server; requests without `tools` (Terminus-2, which parses JSON/XML
+    from `content`) are untouched. A `--tool-call-parser` in extra_args replaces hermes; pass `--reasoning-parser
+    ...` there for thinking models. tensor_parallel_size None: every visible GPU the head count allows
+    (auto_tensor_parallel)."""
     exe = Path(sys.executable).parent / "vllm"
     command = [str(exe) if exe.exists() else "vllm", "serve"]
     adapter = Path(checkpoint) / "adapter_config.json"
@@ -128,6 +131,10 @@ def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str =
                 "--generation-config", "auto"]
     if max_model_len:
         command += ["--max-model-len", str(max_model_len)]
+    if "--enable-auto-tool-choice" not in extra_args:
+        command += ["--enable-auto-tool-choice"]
+    if not any(arg.split("=")[0] == "--tool-call-parser" for arg in extra_args):
+        command += ["--tool-call-parser", "hermes"]
     return command + list(extra_args)
 
 

@@ -22,7 +22,8 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
-AGENTS = ("terminus-2", "oracle", "nop")
+AGENTS = ("terminus-2", "bash-tool", "oracle", "nop")
+MODEL_AGENTS = ("terminus-2", "bash-tool")  # the agents that call a model (the others run the solution or nothing)
 PARSERS = ("json", "xml")
 RECIPE_PREFIX = "eval_"
 
@@ -41,7 +42,8 @@ class EvalSettings:
         "builtin:terminal, builtin:evocode, a Harbor dataset name (terminal-bench@2.0, "
         "terminal-bench/terminal-bench-2-1) or a folder of Harbor tasks"))
     agent: str = _setting("terminus-2", choices=AGENTS, help=(
-        "terminus-2: Harbor's agent, driving the served checkpoint; oracle, nop: no model"))
+        "terminus-2: Harbor's agent (JSON keystrokes in the text), driving the served checkpoint; bash-tool: the "
+        "bash-tool harness agentic GRPO trains (harbor_plugins/bash_tool_agent.py); oracle, nop: no model"))
     attempts: int = _setting(1, help="attempts per task (pass@k, MT@k)")
     # 2: a trial spends most of its time in sandbox commands and the verifier, not in the model, so a second trial
     # overlaps one's model calls with the other's commands, even on the one-request-at-a-time CPU server; two
@@ -54,15 +56,18 @@ class EvalSettings:
     temperature: float = _setting(0.7, help="sampling temperature of the agent's model calls")
     max_tokens: int = _setting(512, help="max tokens per model call")
     context_size: int | None = _setting(None, help=(
-        "max input tokens the agent may use (default: the served model's context length)"))
+        "max input tokens Terminus-2 may use (default: the served model's context length; bash-tool: the server's "
+        "limit, a request past it ends the trial)"))
     parser: str = _setting("json", choices=PARSERS, help="Terminus-2's response format")
-    max_turns: int | None = _setting(None, help="Terminus-2 episodes per trial (default: Harbor's)")
+    max_turns: int | None = _setting(None, help=(
+        "model calls per trial (default: Harbor's for Terminus-2; no limit but the task's agent timeout for "
+        "bash-tool)"))
     timeout_multiplier: float = _setting(1.0, help="Harbor's multiplier of the tasks' agent and verifier timeouts")
     jobs_dir: str | None = _setting(None, recipe=False, help=(
         "where the Harbor job dirs go (default: <checkpoint>/eval_jobs; with eval.run --model_url: "
         "outputs/evals/<model>)"))
     extra_agent_kwargs: dict = _setting(cli=False, recipe=False, default_factory=dict, help=(
-        "more Terminus-2 `--ak key=value` arguments (Python callers only)"))
+        "more `--ak key=value` arguments of the agent (Python callers only)"))
 
 
 def _fields(flag: str) -> list[dataclasses.Field]:

@@ -8,7 +8,8 @@ with `sandbox_urls`, on episode servers: trainers/remote_task_env.py), tool outp
 (TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that infrastructure ended (sandbox
 start, verifier, an episode server) are not scored: kept out of the advantage and counted by kind in
 run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
-`max_tool_calling_iterations` and `max_completion_length`.
+`max_tool_calling_iterations` and `max_completion_length`. With `eval_suites`, every checkpoint is evaluated as it is
+saved (trainers/eval_callback.py), in the harness it is trained in with `eval_agent: bash-tool`.
 """
 
 import time
@@ -21,6 +22,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 from common.checkpoints import last_complete_checkpoint
 from trainers.agentic_tasks import (AgenticTaskArguments, environment_factory, prepare_tasks, task_dataset,
                                     task_tests_reward)
+from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
 from trainers.task_env import EpisodeStats
@@ -31,7 +33,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "age
 
 @exit_on_user_error
 def main():
-    task_args, training_args, model_args = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig), DEFAULT_CONFIG)
+    task_args, training_args, model_args, eval_args = parse_config(
+        (AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
     state = PartialState()
     with state.main_process_first():  # the main process builds the tiny model and generates the tasks
         model_path = resolve_model(model_args.model_name_or_path)
@@ -44,7 +47,8 @@ def main():
     trainer = GRPOTrainer(model=model_path, reward_funcs=[task_tests_reward(stats)], args=training_args,
                           train_dataset=task_dataset(tasks), processing_class=tokenizer,
                           environment_factory=environment_factory(task_args, stats),
-                          peft_config=get_peft_config(model_args))
+                          peft_config=get_peft_config(model_args),
+                          callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
     started = time.monotonic()
     trainer.train(resume_from_checkpoint=resume)

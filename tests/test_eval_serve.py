@@ -1,6 +1,7 @@
 """eval/serve.py: the built-in CPU OpenAI-compatible server (started through serve_checkpoint on the tiny
 model), the vLLM command line, names and backend choice."""
 
+import json
 import re
 import socket
 import subprocess
@@ -117,6 +118,77 @@ def test_bad_requests(served, body, status, words):
         assert "maximum context length" in error["message"].lower()
 
 
+# ------------------------------------------------------------------------------------- tool calls
+
+TOOL_CHAT = [{"role": "user", "content": "Count the lines of /app/a.txt."},
+             {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function", "function": {
+                 "name": "bash", "arguments": json.dumps({"command": "wc -l < /app/a.txt"})}}]},
+             {"role": "tool", "tool_call_id": "call_0", "content": "12"}]
+
+
+@pytest.fixture(scope="module")
+def tool_served(tiny_model_path):  # the tools' system prompt alone is longer than `served`'s 256-token context
+    with serve_checkpoint("builtin:tiny-qwen3", backend="cpu", max_model_len=2048, max_new_tokens_cap=8,
+                          startup_timeout=120) as server:
+        yield server
+
+
+def prompt_tokens(tokenizer, messages, **template_kwargs) -> int:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_tools_and_tool_turns_render_as_the_template_renders_a_trained_conversation(tool_served, tokenizer):
+    from common.bash_harness import BASH_TOOL
+
+    plain = chat(tool_served, max_tokens=1).json()["usage"]["prompt_tokens"]
+    with_tools = chat(tool_served, max_tokens=1, tools=[BASH_TOOL]).json()["usage"]["prompt_tokens"]
+    assert with_tools == prompt_tokens(tokenizer, CHAT, tools=[BASH_TOOL]) > plain == prompt_tokens(tokenizer, CHAT)
+    # the OpenAI-style JSON-string arguments are read back into the object a trained conversation renders
+    as_objects = [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(
+        c["function"]["arguments"])}} for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in TOOL_CHAT]
+    rendered = tokenizer.apply_chat_template(as_objects, tools=[BASH_TOOL], tokenize=False, add_generation_prompt=True)
+    assert '"arguments": {"command": "wc -l < /app/a.txt"}}' in rendered and "<tool_response>\n12\n" in rendered
+    for messages in (TOOL_CHAT, as_objects):
+        response = chat(tool_served, messages=messages, tools=[BASH_TOOL], max_tokens=1)
+        assert response.status_code == 200, response.text
+        assert response.json()["usage"]["prompt_tokens"] == prompt_tokens(tokenizer, as_objects, tools=[BASH_TOOL])
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"tools": "bash"}, "tools must be a list"),
+    ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "function.name must be"),
+    ({"tools": [{"type": "retrieval"}]}, "tools[0] must be"),
+    ({"tools": [{"type": "function", "function": {"name": "bash", "parameters": "x"}}]}, "parameters must be"),
+    ({"tools": [{"type": "function", "function": {"name": "bash"}}], "tool_choice": "required"}, "tool_choice"),
+    ({"messages": [TOOL_CHAT[0], {**TOOL_CHAT[1], "tool_calls": [{"type": "function", "function": {
+        "name": "bash", "arguments": "{not json"}}]}]}, "is not valid JSON"),
+])
+def test_bad_tool_requests(tool_served, body, words):
+    response = chat(tool_served, max_tokens=1, **body)
+    assert response.status_code == 400, response.text
+    assert words in response.json()["error"]["message"]
+
+
+def test_generated_tool_call_blocks_become_openai_tool_calls():
+    from eval.cpu_server import parse_tool_calls
+
+    block = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -l \\"a b\\""}}\n</tool_call>'
+    content, [call] = parse_tool_calls(block)
+    assert content is None and call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"] == {"name": "bash", "arguments": '{"command": "ls -l \\"a b\\""}'}
+    content, calls = parse_tool_calls("<think>\n\n</think>\n\nLet me look.\n" + block + "\n" + block)
+    assert content == "<think>\n\n</think>\n\nLet me look." and len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
+    # an unclosed block at the end of the answer still parses (vLLM's hermes parser: cut by max_tokens after the JSON)
+    assert parse_tool_calls(block.removesuffix("</tool_call>"))[1][0]["function"]["name"] == "bash"
+    # a malformed call stays text, all of it
+    for text in ('<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}\n</tool_call>',   # bad JSON
+                 '<tool_call>\n{"arguments": {"command": "ls"}}\n</tool_call>',                 # no name
+                 '<tool_call>\n{"name": "bash", "arguments": "ls"}\n</tool_call>',              # arguments no object
+                 block + '<tool_call>["ls"]</tool_call>', "no call at all"):
+        assert parse_tool_calls(text) == (text, [])
+
+
 def test_openai_client(served):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=served.base_url, api_key="EMPTY")
@@ -178,10 +250,15 @@ def test_vllm_command(tmp_path):
     command = vllm_command("/ckpt/step_100", "ckpt-step100", 8123, max_model_len=65536, tensor_parallel_size=2,
                            extra_args=["--reasoning-parser", "qwen3"])
     assert command[0].endswith("vllm") and command[1:3] == ["serve", "/ckpt/step_100"]
-    args = dict(zip(command[3::2], command[4::2]))
+    # tool calls parsed as vLLM parses Qwen3's, so the bash-tool agent gets OpenAI tool_calls on GPU too
+    assert "--enable-auto-tool-choice" in command
+    rest = [arg for arg in command[3:] if arg != "--enable-auto-tool-choice"]
+    args = dict(zip(rest[::2], rest[1::2]))
     assert args == {"--served-model-name": "ckpt-step100", "--host": "127.0.0.1", "--port": "8123",
                     "--tensor-parallel-size": "2", "--generation-config": "auto", "--max-model-len": "65536",
-                    "--reasoning-parser": "qwen3"}
+                    "--tool-call-parser": "hermes", "--reasoning-parser": "qwen3"}
+    own = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, extra_args=["--tool-call-parser", "qwen3_xml"])
+    assert own.count("--tool-call-parser") == 1 and own[-1] == "qwen3_xml"
     assert "--max-model-len" not in vllm_command("/ckpt", "c", 1, tensor_parallel_size=1)
     # a LoRA adapter is served on its base model under the served name
     (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen3-8B", "r": 64}')

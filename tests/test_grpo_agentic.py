@@ -27,8 +27,8 @@ def launch(recipe: str, config: dict, tmp_path: Path, *args: str) -> subprocess.
 
 def agentic_config(tmp_path: Path, **overrides) -> dict:
     config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-tiny.yaml").read_text())
-    config.update(output_dir=str(tmp_path / "grpo-agentic"), task_dirs=[str(tmp_path / "tasks")], report_to=[],
-                  max_steps=2, save_strategy="no", **overrides)
+    config.update({"output_dir": str(tmp_path / "grpo-agentic"), "task_dirs": [str(tmp_path / "tasks")],
+                   "report_to": [], "max_steps": 2, "save_strategy": "no", **overrides})
     return config
 
 
@@ -89,13 +89,25 @@ def test_the_agentic_summary_goes_into_an_active_wandb_run(tmp_path):
 
 @pytest.mark.slow
 def test_the_embedded_default_runs_episodes_end_to_end(tmp_path):
-    run = launch("recipes/grpo_agentic.py", agentic_config(tmp_path), tmp_path)
+    """The embedded default, plus evals on save: the callback scores checkpoint-2 on held-out generated tasks with
+    the config's eval_agent, bash-tool, the harness the policy is trained in."""
+    held_out = tmp_path / "held-out"
+    generate(held_out, 12, 2, FAMILIES)  # seed 12: not the config's generate_seed (11)
+    config = agentic_config(tmp_path, save_strategy="steps", save_steps=2, eval_suites=[str(held_out)],
+                            eval_max_tokens=32, eval_max_turns=2)
+    run = launch("recipes/grpo_agentic.py", config, tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((tmp_path / "grpo-agentic" / "run_summary.json").read_text())
     assert summary["tasks"] == 8 and summary["global_step"] == 2
     assert summary["episodes"] == 8 and summary["scored"] + summary["masked"] == 8 and summary["masked_by_kind"] == {}
     assert summary["sandbox_start_seconds_mean"] is not None and "agentic GRPO: 2 steps on 8 tasks" in run.stdout
     assert len(list((tmp_path / "tasks").iterdir())) == 8  # generated with the config's seed
+    results = json.loads((tmp_path / "grpo-agentic" / "checkpoint-2" / "eval_results.json").read_text())
+    assert results["agent"] == "bash-tool" and results["global_step"] == 2 and results["suite"] == str(held_out)
+    assert results["metrics"]["n_trials"] == 2 and all(task["reward"] is not None for task in results["tasks"])
+    trajectories = list(Path(results["harbor_job_dir"]).glob("*/agent/trajectory.json"))
+    assert len(trajectories) == 2 and all(json.loads(t.read_text())["agent"]["name"] == "bash-tool"
+                                          for t in trajectories)
 
 
 def test_a_task_folder_that_is_not_there_is_one_clear_error(tmp_path):

@@ -1,9 +1,10 @@
 """What agentic GRPO trains on: Harbor task folders as prompt rows for TRL, and the reward that runs their tests.
 
-Runs in: the training venv (Python 3.11). The harness is a bash tool (trainers/task_env.py): the prompt is the
-task's instruction plus one line on how to act, the policy calls `bash` as a Qwen3-style tool call, and the
-episode ends when it answers without one (or at `max_tool_calling_iterations`). Episodes run in local sandboxes
-of the trainer's node, or, with `sandbox_urls`, on episode servers (episodes/: CPU nodes of their own).
+Runs in: the training venv (Python 3.11). The harness is a bash tool (trainers/task_env.py; its definition, shared
+with the eval agent harbor_plugins/bash_tool_agent.py, is common/bash_harness.py): the prompt is the task's
+instruction plus one line on how to act, the policy calls `bash` as a Qwen3-style tool call, and the episode ends
+when it answers without one (or at `max_tool_calling_iterations`). Episodes run in local sandboxes of the trainer's
+node, or, with `sandbox_urls`, on episode servers (episodes/: CPU nodes of their own).
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from common.bash_harness import BASH_TOOL, TOOL_NAME, harness_prompt
 from common.errors import ConfigError
 from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
-
-HARNESS_NOTE = ("You are in a Linux shell sandbox; the task's files are under /app. Run commands with the bash tool, "
-                "one call per command line. When the task is done, answer in one sentence without a tool call.")
 
 
 @dataclass
@@ -111,7 +110,7 @@ def task_digest(task: Path) -> str:
 
 def task_prompt(task: Path) -> list[dict]:
     """The conversation an episode starts from: the task's instruction and how to act (training and oracle alike)."""
-    return [{"role": "user", "content": (task / "instruction.md").read_text().strip() + "\n\n" + HARNESS_NOTE}]
+    return [{"role": "user", "content": harness_prompt((task / "instruction.md").read_text())}]
 
 
 def task_dataset(tasks: list[Path]):
@@ -168,38 +167,24 @@ def task_tests_reward(stats: EpisodeStats):
     return task_tests
 
 
-def bash_tool_schema() -> dict:
-    """The `bash` tool as the policy sees it (the JSON schema TRL derives from TaskEnvironment.bash)."""
-    from transformers.utils import get_json_schema
-
-    return get_json_schema(TaskEnvironment.bash)
-
-
 def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
-    """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh, one tool
-    call per command line) runs in the task's sandbox: real tool output, the tests' reward in metadata. Teacher data
-    for SFT in the harness agentic GRPO trains, so an RL start can be partly right."""
-    from eval.scripted_teacher import solution_lines
+    """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh as the
+    scripted teacher's tool calls, `bash_tool_commands`) runs in the task's sandbox: real tool output, the tests'
+    reward in metadata. Teacher data for SFT in the harness agentic GRPO trains, so an RL start can be partly right."""
+    from eval.scripted_teacher import FINAL_ANSWER, bash_tool_commands
 
-    commands: list[str] = []
-    for line in map(str.strip, solution_lines((task / "solution" / "solve.sh").read_text())):
-        if line.startswith("cd \"${APP_DIR"):  # every call starts in the task's workdir already
-            continue
-        if commands and commands[-1].startswith("cd ") and "&&" not in commands[-1]:
-            commands[-1] += " && " + line  # each call is a new shell: a `cd` goes with the command after it
-        else:
-            commands.append(line)
+    commands = bash_tool_commands((task / "solution" / "solve.sh").read_text())
     env.reset(task_dir=str(task))
     messages = task_prompt(task)
     for i, command in enumerate(commands):
         call_id = f"call_{i}"
         messages.append({"role": "assistant", "content": "", "tool_calls": [{
             "id": call_id, "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]})
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": "bash", "content": env.bash(command)})
-    messages.append({"role": "assistant", "content": "Done."})
+            "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": command})}}]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": env.bash(command)})
+    messages.append({"role": "assistant", "content": FINAL_ANSWER})
     reward = episode_reward(env)
-    return {"messages": messages, "tools": [bash_tool_schema()],
+    return {"messages": messages, "tools": [BASH_TOOL],
             "metadata": {"task": task.name, "source_trajectory_uid": task.name, "reward": reward}}
 
 

@@ -5,7 +5,9 @@ ATIF steps come from `system`, `user` or `agent`; agent steps carry `message`, o
 calls by `source_call_id`. Terminus-2 trials are turned back into what the model saw and said: the user
 prompt, each JSON action as the assistant turn (the raw text when the trajectory kept it, else rebuilt from
 the analysis, plan and `bash_command` calls) and each observation as the next user turn. Other agents become
-OpenAI tool-calling chats: assistant `tool_calls`, and `tool` messages for their results.
+OpenAI tool-calling chats: assistant `tool_calls`, `tool` messages for their results, and the trajectory's
+`agent.tool_definitions` as the record's `tools` (the bash-tool agent, harbor_plugins/bash_tool_agent.py, writes its
+one tool there), so the record renders with the tool schema the model saw.
 """
 
 from __future__ import annotations
@@ -78,17 +80,22 @@ def trajectory_to_chat(trajectory: dict) -> dict:
             if step.get("reasoning_content"):
                 message["reasoning_content"] = _text(step["reasoning_content"])
             messages.append(message)
+            names = {call["id"]: call["function"]["name"] for call in calls}
             for result in (step.get("observation") or {}).get("results") or []:
                 if calls:
-                    messages.append({"role": "tool", "tool_call_id": result.get("source_call_id"),
-                                     "content": _text(result.get("content"))})
+                    tool = {"role": "tool", "tool_call_id": result.get("source_call_id"),
+                            "content": _text(result.get("content"))}
+                    if isinstance(names.get(tool["tool_call_id"]), str):
+                        tool["name"] = names[tool["tool_call_id"]]
+                    messages.append(tool)
                 else:
                     messages.append({"role": "user", "content": _text(result.get("content"))})
         else:
             raise RecordError(f"steps[{index}]: source {source!r} is not one of system, user, agent")
     while messages and messages[-1]["role"] != "assistant":  # a trailing observation teaches nothing
         messages.pop()
+    tools = None if terminus else (trajectory.get("agent") or {}).get("tool_definitions")
     try:
-        return normalize_chat(messages, None)
+        return normalize_chat(messages, tools)
     except RecordError as err:
         raise RecordError(f"converted trajectory: {err}") from None

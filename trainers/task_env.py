@@ -10,11 +10,13 @@ trainer needs no Harbor (Python >= 3.12) and no server between it and the sandbo
     episode_reward(env)                                      # 1.0 / 0.0, or None: not scored (see below)
     episode_failure(env)                                     # why not: (kind, detail), or None
 
-TRL's `GRPOTrainer(environment_factory=...)` makes every public method a tool the model can call: `bash` is the only
-one (`reset` TRL calls itself); everything else is private, and the reward is read by a module function,
-`episode_reward`, so the policy cannot call its own verifier. TRL never closes an
-environment, so each episode's sandbox is stopped when the episode is verified, when the next one starts, at
-exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this process).
+The harness (the prompt, the tool's schema, how a call's output is formatted and cut) is common/bash_harness.py's,
+which the eval agent (harbor_plugins/bash_tool_agent.py) shares. TRL's `GRPOTrainer(environment_factory=...)` makes
+every public method a tool the model can call: `bash` is the only one (`reset` TRL calls itself); everything else is
+private, and the reward is read by a module function, `episode_reward`, so the policy cannot call its own verifier.
+TRL never closes an environment, so each episode's sandbox is stopped when the episode is verified, when the next one
+starts, at exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this
+process).
 
 Three outcomes of an episode (the design's rule: an infrastructure failure is never a score):
 - scored: the verifier's reward (`/logs/verifier/reward.json` "reward", else `reward.txt`); 0 when the agent's
@@ -39,6 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.bash_harness import DEFAULT_COMMAND_TIMEOUT_SEC, DEFAULT_MAX_OUTPUT_CHARS, format_output, timeout_message
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
@@ -54,9 +57,9 @@ class EpisodeLimits:
     """What one episode may use. Turns and tokens are TRL's (`max_tool_calling_iterations`,
     `max_completion_length`); these are the sandbox's."""
 
-    command_timeout_sec: float = 30.0      # one bash call; past it the command is killed and the model told so
+    command_timeout_sec: float = DEFAULT_COMMAND_TIMEOUT_SEC  # one bash call (common/bash_harness.py's default)
     episode_wall_sec: float = 300.0        # the whole episode; later calls are refused and the episode ends
-    max_output_chars: int = 2000           # of one call's output returned to the model (head and tail kept)
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS  # of one call's output returned to the model (head and tail)
     limit_outcome: str = "zero"            # an episode ended by episode_wall_sec: "zero" (scored 0) or "mask"
     memory_mb: int = 1024
     storage_mb: int = 1024
@@ -168,6 +171,8 @@ class TaskEnvironment:
         self._stats.start_seconds.append(self._started - started)
         return None
 
+    # TRL derives the tool's schema from this signature and docstring: common/bash_harness.py's BASH_TOOL is that
+    # schema written out for the eval agent, and a test holds the two equal (edit both or neither)
     def bash(self, command: str) -> str:
         """Run a command line with bash in the task's Linux sandbox and return what it printed.
 
@@ -190,7 +195,7 @@ class TaskEnvironment:
             self._stats.add(tool_errors=1)
             if time.monotonic() - self._started >= self._limits.episode_wall_sec:
                 self._limited = True
-            return f"error: the command ran past {min(self._limits.command_timeout_sec, left):.0f} s and was killed"
+            return timeout_message(min(self._limits.command_timeout_sec, left))
         except SandboxError as err:
             self._fail("sandbox_error", err)
             return SANDBOX_FAILED
@@ -200,8 +205,7 @@ class TaskEnvironment:
             self._killed_by_agent = True
         if result.return_code != 0:
             self._stats.add(tool_errors=1)
-        output = result.stdout + result.stderr + (f"\n[exit code {result.return_code}]" if result.return_code else "")
-        return _clip(output, self._limits.max_output_chars) or "(no output)"
+        return format_output(result.stdout, result.stderr, result.return_code, self._limits.max_output_chars)
 
     def _verify(self) -> float | None:
         if not self._verified:
@@ -314,9 +318,3 @@ def _reward_value(text: str) -> float | None:
         value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 2 // 3, limit // 3
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
