@@ -33,7 +33,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from eval import settings as eval_settings
-from eval.results import results_file, suite_slug
+from eval.results import results_file, suite_slug, summary_line
 
 EVAL_MODES = ("inline", "subprocess", "slurm")
 REPO = Path(__file__).resolve().parents[1]
@@ -209,10 +209,7 @@ class EvalOnSaveCallback(TrainerCallback):
 
     def _log(self, results: dict):
         self.completed.append(results)
-        metrics = results["metrics"]
-        print(f"eval: step {results['global_step']} {results['suite']} ({results['agent']}): mean_reward "
-              f"{metrics.get('mean_reward')}, pass@k {metrics.get('pass_at_k')}, exceptions "
-              f"{metrics.get('exceptions') or {}}; job {results['harbor_job_dir']}")
+        print(summary_line(results))
         import wandb
 
         if wandb.run is not None:
