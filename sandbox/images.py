@@ -18,6 +18,11 @@ reference pulled), under a lock, into a temporary folder that is then renamed: c
 unpacked folder is only ever the read-only lower layer of a sandbox's overlay, never written by a task. The
 image's own ``Env`` and ``WorkingDir`` (OCI images) come back with it (``ImageRoot``), as Docker applies them.
 Hand-written only the part no tool does: choosing the tool per source, the cache and its lock.
+
+Where no registry can be reached, ``build_debian_image`` makes a stand-in offline: a Debian ``minbase`` root file
+system by ``mmdebstrap`` (from the host's Debian mirror), plus a task's Dockerfile steps (``WORKDIR``, ``COPY`` of
+the build context, ``RUN``) as mmdebstrap customize hooks. Not the task's own image (its ``FROM`` may be Ubuntu or
+python:3.13-slim): a Debian userland instead of the host's.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from sandbox import dockerfile as df
 from sandbox.errors import EnvironmentBuildError
 
 ROOTFS_MARKERS = ("bin", "usr", "etc")
@@ -237,3 +244,41 @@ class ImageStore:
         shutil.rmtree(unpacked, ignore_errors=True)
         if layout.parent == bundle:  # skopeo's intermediate layout, not the user's
             shutil.rmtree(layout, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- stand-in images, built offline
+def dockerfile_hooks(dockerfile: Path) -> list[str]:
+    """A Dockerfile's ``WORKDIR``, ``COPY``/``ADD`` (files and folders of the build context) and ``RUN`` lines as
+    mmdebstrap customize hooks (``$1`` is the root being built); ``ENV`` and the metadata lines are left out."""
+    context, workdir, hooks = dockerfile.resolve().parent, "/", []
+    for op, rest in df.parse(dockerfile):
+        if op == "WORKDIR":
+            workdir = str(PurePosixPath(workdir) / rest)
+            hooks.append(f'mkdir -p "$1{workdir}"')
+        elif op in ("COPY", "ADD") and "--from" not in rest:
+            *srcs, dst = [a for a in shlex.split(rest) if not a.startswith("--")]
+            dst = str(PurePosixPath(workdir) / dst)
+            for src in srcs:
+                path = context / src
+                files = sorted(str(p) for p in path.iterdir()) if path.is_dir() else [str(path)]
+                target = dst if path.is_dir() or dst.endswith("/") else str(PurePosixPath(dst).parent)
+                hooks.append(f'mkdir -p "$1{target}"')
+                hooks.append("copy-in " + " ".join(shlex.quote(f) for f in files) + f" {shlex.quote(target)}")
+        elif op == "RUN":
+            hooks.append(f'chroot "$1" sh -c {shlex.quote(f"cd {workdir} && {rest}")}')
+    return hooks
+
+
+def build_debian_image(out: str | Path, dockerfile: Path | None = None, suite: str = "bookworm",
+                       timeout: float = PULL_TIMEOUT_SEC) -> Path:
+    """``out``: a root file system tarball, Debian ``suite`` minbase plus ``dockerfile``'s steps (mmdebstrap)."""
+    out = Path(out)
+    hooks = dockerfile_hooks(dockerfile) if dockerfile else []
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        _run(["mmdebstrap", "--variant=minbase", "--quiet", *[f"--customize-hook={h}" for h in hooks], suite,
+              str(tmp)], f"build a Debian {suite} image" + (f" with {dockerfile}" if dockerfile else ""), timeout)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

@@ -81,51 +81,24 @@ def processes_matching(pattern: str) -> list[int]:
 TEST_IMAGE_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "terminal-recipes" / "test-images"
 
 
-def dockerfile_hooks(dockerfile: Path) -> list[str]:
-    """A Dockerfile's WORKDIR, COPY (files and folders of the build context) and RUN lines as mmdebstrap
-    customize hooks: the image `docker build` would make, on a Debian base. ENV and the rest are left out."""
-    import shlex
-
-    from sandbox import dockerfile as df
-
-    context, workdir, hooks = dockerfile.resolve().parent, "/", []
-    for op, rest in df.parse(dockerfile):
-        if op == "WORKDIR":
-            workdir = str(Path(workdir) / rest)
-            hooks.append(f'mkdir -p "$1{workdir}"')
-        elif op in ("COPY", "ADD"):
-            *srcs, dst = shlex.split(rest)
-            dst = str(Path(workdir) / dst)
-            for src in srcs:
-                path = context / src
-                files = sorted(str(p) for p in path.iterdir()) if path.is_dir() else [str(path)]
-                target = dst if path.is_dir() or dst.endswith("/") else str(Path(dst).parent)
-                hooks.append(f'mkdir -p "$1{target}"')
-                hooks.append("copy-in " + " ".join(shlex.quote(f) for f in files) + f" {shlex.quote(target)}")
-        elif op == "RUN":
-            hooks.append(f'chroot "$1" sh -c {shlex.quote(f"cd {workdir} && {rest}")}')
-    return hooks
-
-
-def debian_image(name: str, hooks: list[str] = ()) -> Path:
-    """A Debian bookworm minbase root file system tarball built by mmdebstrap (plus `hooks`), cached under
-    ~/.cache/terminal-recipes/test-images; skips the test where mmdebstrap is missing or cannot reach a mirror."""
+def debian_image(name: str, dockerfile: Path | None = None) -> Path:
+    """A Debian bookworm minbase root file system tarball (plus `dockerfile`'s steps) built by mmdebstrap
+    (sandbox.images.build_debian_image), cached under ~/.cache/terminal-recipes/test-images; skips the test where
+    mmdebstrap is missing or cannot reach a Debian mirror."""
     import hashlib
     import shutil
 
-    key = hashlib.sha256("\n".join(hooks).encode()).hexdigest()[:12]
+    from sandbox.errors import EnvironmentBuildError
+    from sandbox.images import build_debian_image, dockerfile_hooks
+
+    key = hashlib.sha256("\n".join(dockerfile_hooks(dockerfile) if dockerfile else []).encode()).hexdigest()[:12]
     tar = TEST_IMAGE_CACHE / f"{name}-{key}.tar"
     if tar.exists():
         return tar
     if shutil.which("mmdebstrap") is None:
         pytest.skip("mmdebstrap is missing (make test installs it: apt-get install mmdebstrap)")
     TEST_IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = tar.with_suffix(".tmp.tar")
-    cmd = ["mmdebstrap", "--variant=minbase", "--quiet", *[f"--customize-hook={h}" for h in hooks], "bookworm",
-           str(tmp)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        pytest.skip(f"mmdebstrap could not build a Debian image (a Debian mirror is needed): {proc.stderr[-500:]}")
-    tmp.rename(tar)
-    return tar
+    try:
+        return build_debian_image(tar, dockerfile)
+    except EnvironmentBuildError as err:
+        pytest.skip(f"mmdebstrap could not build a Debian image (a Debian mirror is needed): {str(err)[-500:]}")

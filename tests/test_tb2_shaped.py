@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, debian_image, dockerfile_hooks, run
+from conftest import REPO, debian_image, run
 
 from sandbox.core import DEFAULT_PATH
 
@@ -89,7 +89,7 @@ def test_offline_what_runs_scores_and_the_rest_are_named_infrastructure_failures
 
 
 def test_the_tasks_own_image_runs_instead_of_the_hosts_userland(tmp_path):
-    built = debian_image("log-error-count", dockerfile_hooks(TB2 / "log-error-count" / "environment" / "Dockerfile"))
+    built = debian_image("log-error-count", TB2 / "log-error-count" / "environment" / "Dockerfile")
     base = debian_image("minbase")
     images = tmp_path / "images.json"
     images.write_text(json.dumps({
