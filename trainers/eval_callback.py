@@ -171,7 +171,7 @@ class EvalOnSaveCallback(TrainerCallback):
                         ["sbatch", "--parsable", self.eval_args.eval_slurm_script],
                         cwd=REPO, capture_output=True, text=True, check=True,
                         env=dict(os.environ, CHECKPOINT=str(checkpoint), RESULTS_FILE=results_path.name,
-                                 EVAL_ARGS=" ".join(self.eval_args.cli_args(suite))))
+                                 EVAL_ARGS=shlex.join(self.eval_args.cli_args(suite))))
                     self.pending.append(PendingEval(step, suite, results_path, time.time(),
                                                     job_id=job.stdout.strip()))
             except Exception as err:  # a failed eval is reported, never fatal to training
