@@ -367,9 +367,13 @@ def dns_question(data: bytes) -> tuple[bytes, str, int] | None:
     return reply, b".".join(labels).decode("ascii", "replace").lower(), qtype
 
 
+OWNER_SCAN_SEC = 0.05  # per query: PID 1 must keep reaping; past it the asker is unknown (counted as an orphan)
+
+
 def _socket_owner(port: int) -> int | None:
     """The pid (in this PID namespace) holding the UDP socket bound to ``port``: /proc/net/udp gives its inode,
-    /proc/<pid>/fd the process."""
+    /proc/<pid>/fd the process. Gives up (None) after OWNER_SCAN_SEC."""
+    deadline = time.monotonic() + OWNER_SCAN_SEC
     hexport = f"{port:04X}"
     targets = set()
     for table in ("/proc/net/udp", "/proc/net/udp6"):
@@ -387,6 +391,8 @@ def _socket_owner(port: int) -> int | None:
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or pid == "1":
             continue
+        if time.monotonic() > deadline:
+            return None
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
