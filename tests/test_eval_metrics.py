@@ -311,7 +311,7 @@ def test_compare_runs_table_and_plot(tmp_path, capsys):
     _eval_results(run_a / "checkpoint-20", 20, "builtin:terminal", _single(0.4))
     _eval_results(run_a / "checkpoint-20", 20, "builtin:evocode", _multi(0.3, 0.6), "eval_results_evocode.json")
     _eval_results(run_b / "checkpoint-10", 10, "builtin:terminal", _single(0.1))
-    _eval_results(run_b / "checkpoint-30", 30, "builtin:terminal", _single(0.5))
+    _eval_results(run_b / "checkpoint-30", 30, "builtin:terminal", {**_single(0.5), "n_infra_errors": 3})
     (run_b / "checkpoint-40").mkdir()  # a checkpoint not evaluated yet
     out = tmp_path / "plots" / "report.png"
 
@@ -327,6 +327,7 @@ def test_compare_runs_table_and_plot(tmp_path, capsys):
     assert rows[("sft-a", 20)]["builtin:evocode MT@2"] == approx(0.4)
     assert rows[("sft-a", 10)]["builtin:evocode case_score"] is None     # not evaluated on that suite
     assert rows[("sft-b", 30)]["builtin:terminal errors"] == 2
+    assert rows[("sft-b", 30)]["builtin:terminal n_infra_errors"] == 3  # counted next to the mean
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
 
     # terminal table
