@@ -185,7 +185,9 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
         return check
     env_cfg = config.get("environment") or {}
     image = env_cfg.get("docker_image")
-    allow_internet = bool(env_cfg.get("allow_internet", True))
+    # Harbor's rule: network_mode (public by default), else the older allow_internet
+    allow_internet = (env_cfg["network_mode"] == "public" if "network_mode" in env_cfg
+                      else bool(env_cfg.get("allow_internet", True)))
     df = task_dir / "environment" / "Dockerfile"
     compose = (task_dir / "environment" / "docker-compose.yaml").is_file() and not df.is_file()
     base = dockerfile.base_image(df)

@@ -221,9 +221,11 @@ class LocalSandboxEnvironment(BaseEnvironment):
         verifier_names = sandbox.names_asked(mark, commands_only=True)
         agent_names = sandbox.names_asked(self._agent_mark, until=mark)  # between the start (or last round) and now
         self._agent_mark = sandbox.network_mark()  # a multi-step task's next round starts counting here
+        # the agent's names count only where the task says it needs internet (TB2 tasks do: allow_internet = true);
+        # Harbor's default policy is public too, and a failing agent must not get out of its 0 by trying the network
+        declared = "network_mode" in self.task_env_config.model_fields_set and not self._network_disabled
         failure = diagnose(reward_of(reward_json, reward_txt), output, verifier_names=verifier_names,
-                           agent_names=agent_names, internet_allowed=not self._network_disabled,
-                           userland=sandbox.userland)
+                           agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland)
         if failure is not None:
             self.logger.warning(f"local sandbox: {type(failure).__name__}: {str(failure).splitlines()[0]}")
             raise failure

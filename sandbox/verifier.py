@@ -7,8 +7,9 @@ A verifier that passed stands. One that did not pass measured the environment, n
 - its output says one of its own tools is missing (``python: command not found``, ``No module named pytest``):
   only interpreters, test runners and fetchers (``VERIFIER_TOOLS``) count, since a task may well ask the agent
   to provide some other command -> ``VerifierToolsMissingError``;
-- the task allows internet, the sandbox gave it none, and the agent asked for names -> ``NetworkNeededError``
-  (phase ``agent``): the agent could not do what the task let it do.
+- the task says it needs internet (``allow_internet = true``, not a default), the sandbox gave it none, and the
+  agent asked for names -> ``NetworkNeededError`` (phase ``agent``): the agent could not do what the task let it
+  do. (Not where internet is merely not forbidden: an agent must not get out of its 0 by trying the network.)
 Only names asked by processes of a running command count for the verifier (``Sandbox.names_asked(...,
 commands_only=True)``): a daemon the agent left behind cannot turn its own failure into an infrastructure one.
 """

@@ -136,3 +136,18 @@ def test_user_mode_network_only_for_tasks_that_allow_internet(tmp_path):
             "> /logs/verifier/reward.txt\n")
     results, _, _ = eval_run(tmp_path / "run" / "checkpoint-1", suite, "--env_kwargs", "network=pasta")
     assert outcomes(results) == {"allowed": ("scored", None, 1.0), "not-allowed": ("scored", None, 0.0)}
+
+
+def test_an_agent_that_needed_the_network_counts_only_where_the_task_declares_internet(tmp_path):
+    suite = tmp_path / "suite"
+    for name, declared in (("declares-internet", True), ("says-nothing", False)):
+        task = suite / name
+        shutil.copytree(TB2 / "log-error-count", task)
+        toml = (task / "task.toml").read_text().replace("log-error-count", name)
+        (task / "task.toml").write_text(toml if declared else toml.replace("allow_internet = true\n", ""))
+        # the agent tries a download, gets no answer and gives up: the verifier then fails
+        (task / "solution" / "solve.sh").write_text("#!/bin/bash\ngetent hosts pypi.org || exit 1\n")
+    results, trials, _ = eval_run(tmp_path / "run" / "checkpoint-1", suite)
+    assert outcomes(results) == {"declares-internet": ("infra_failure", "network", None),
+                                 "says-nothing": ("scored", None, 0.0)}  # Harbor's default is not a declaration
+    assert "the agent asked for pypi.org" in message(trials["declares-internet"])
