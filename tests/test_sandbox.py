@@ -915,6 +915,7 @@ def debian_rootfs_tar():
     return debian_image("minbase")
 
 
+@pytest.mark.slow  # the first run builds a Debian image with mmdebstrap (about a minute)
 @needs_namespaces
 def test_an_image_root_file_system_replaces_the_hosts_userland(tmp_path, debian_rootfs_tar):
     from sandbox import BlockingSandbox, SandboxConfig
