@@ -13,7 +13,11 @@ Layout (Harbor 0.25: harbor/models/trial/paths.py `TrialPaths`, harbor/trial/mul
 Each trial becomes
 
     {"task", "trial", "attempt", "reward", "rounds": [{"round", "name", "reward", "total_cases",
-     "success_count", "exception"}], "exception"}
+     "success_count", "exception"}], "exception", "outcome", "infra_kind"}
+
+`outcome` is scored, agent_failure or infra_failure and `infra_kind` the infrastructure failure's kind
+(eval/outcomes.py decides both from the exception and whether the agent started: result.json's
+`environment_setup` recorded with no `agent_execution`, at trial or step level, means it never did).
 
 `reward` is the trial's `verifier_result.rewards` (the "reward" key, else the only key, else the mean of the
 keys); None when missing. Files that are missing or unreadable never raise. A trial without a readable
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import metrics as M
+from eval import outcomes
 
 CASE_SUMMARY = re.compile(r"CASE_SUMMARY\b(?P<rest>.*)")
 _KV = re.compile(r"(total_cases|success_count)\s*=\s*(\d+)")
@@ -88,8 +93,9 @@ class Job:
                 names.append(str(name))
         return names
 
-    def metrics(self) -> dict:
-        return M.compute_metrics(self.trials, self.n_rounds)
+    def metrics(self, infra_errors: str = "exclude") -> dict:
+        """The suite's metrics; infrastructure failures left out of the means (`exclude`) or counted 0 (`zero`)."""
+        return M.compute_metrics(self.trials, self.n_rounds, infra_errors=infra_errors)
 
 
 # ---------------------------------------------------------------- small readers
@@ -262,10 +268,19 @@ def read_trial(trial_dir: Path) -> dict:
         exception = exception_from_text(trial_dir / "exception.txt")
     if exception is None:
         exception = next((r["exception"] for r in rounds if r["exception"]), None)
+    outcome, infra_kind = outcomes.classify(exception, _agent_started(result))
 
     return {"task": task, "trial": trial_dir.name, "attempt": None, "reward": reward, "rounds": rounds,
-            "exception": exception, "_started_at": (result or {}).get("started_at") or "",
-            "_config": config}
+            "exception": exception, "outcome": outcome, "infra_kind": infra_kind,
+            "_started_at": (result or {}).get("started_at") or "", "_config": config}
+
+
+def _agent_started(result: dict | None) -> bool:
+    """False only when result.json shows the environment set up (or failing to) and no agent run at all."""
+    if not result or not result.get("environment_setup"):
+        return True  # not known: never inferred
+    steps = result.get("step_results") if isinstance(result.get("step_results"), list) else []
+    return bool(result.get("agent_execution")) or any((s or {}).get("agent_execution") for s in steps)
 
 
 def read_job(path: str | Path) -> Job:

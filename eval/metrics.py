@@ -5,13 +5,17 @@ A trial record is what `eval.job_dir` reads from a Harbor job directory:
     {"task": str, "trial": str, "attempt": int, "reward": float | None,
      "rounds": [{"round": int, "name": str, "reward": float | None,
                  "total_cases": int | None, "success_count": int | None, "exception": str | None}],
-     "exception": str | None}
+     "exception": str | None, "outcome": "scored" | "agent_failure" | "infra_failure", "infra_kind": str | None}
 
-`rounds` is empty for single-step trials. The keys of `compute_metrics` (eval_results.json's `metrics`):
+`rounds` is empty for single-step trials. Infrastructure failures (eval/outcomes.py) are never a score: by
+default (`infra_errors="exclude"`) every mean below is over the other trials only, and they are counted next to
+it; with `infra_errors="zero"` they enter the means as 0 (Harbor's own `Mean` does that). The keys of
+`compute_metrics` (eval_results.json's `metrics`):
 
 single-step (every suite)
-  mean_reward  mean over trials of the trial reward, a missing reward counting 0
-               (Harbor's `Mean` metric, harbor/metrics/mean.py + metrics/base.py).
+  mean_reward  mean over the scored trials (every trial but infrastructure failures) of the trial reward, a
+               missing reward counting 0 (Harbor's `Mean` metric, harbor/metrics/mean.py + metrics/base.py,
+               over those trials); None when no trial was scored.
   pass_at_k    {"k": value} for k = 1 .. min attempts per task: the unbiased estimator
                1 - C(n-c, k) / C(n, k) per task, averaged over tasks (harbor/utils/pass_at_k.py,
                Chen et al. 2021). A trial passes when its reward is >= PASS_THRESHOLD; a missing
@@ -20,8 +24,12 @@ single-step (every suite)
                mean reward: sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / N_tasks with p_t the task's mean
                reward (missing = 0) over its n_t trials; None when some task has a single trial
                (terminal-bench-experiments sql/get_agent_scores_function.sql).
-  n_trials     number of trial directories read (every one counts in the means, unlike Harbor's
-               `n_trials`, which counts only trials with a reward).
+  n_trials     number of trial directories read (unlike Harbor's `n_trials`, which counts only trials with a
+               reward).
+  n_scored     trials in the means: n_trials minus n_infra_errors (n_trials with infra_errors="zero").
+  n_infra_errors  trials that ended in an infrastructure failure; infra_errors {"kind": n} (environment_build,
+               verifier_tools, network, sandbox); infra_errors_counted "excluded" or "as 0".
+  outcomes     {"scored": n, "agent_failure": n, "infra_failure": n}.
   exceptions   {"ExceptionType": number of trials}; a trial counts once, under its first recorded
                exception (trial-level first, then steps in order, as Harbor's TrialResult does).
 
@@ -47,9 +55,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-# A round or trial "passes" at reward >= this (EvoCode-Bench's compute_metrics.py uses 0.999; Harbor's
-# pass_at_k only accepts exact 0/1 rewards, for which this is the same).
-PASS_THRESHOLD = 0.999
+from eval import outcomes
+from sandbox.verifier import PASS_THRESHOLD
+
+# A round or trial "passes" at reward >= PASS_THRESHOLD, 0.999 (EvoCode-Bench's compute_metrics.py uses it; Harbor's
+# pass_at_k only accepts exact 0/1 rewards, for which it is the same); sandbox/verifier.py owns the number, as the
+# local sandbox's verifier check uses it too.
 
 
 def reward_or_zero(reward: float | None) -> float:
@@ -237,19 +248,43 @@ def rounds_reached(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None
 
 # ---------------------------------------------------------------- all together
 
-def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None) -> dict:
+def scored_trials(trials: Sequence[Mapping], infra_errors: str = "exclude") -> list[Mapping]:
+    """The trials the means are over: without infrastructure failures (`exclude`), or with them as reward 0, no
+    rounds passed (`zero`)."""
+    if infra_errors not in outcomes.INFRA_MODES:
+        raise ValueError(f"infra_errors {infra_errors!r}: use one of {', '.join(outcomes.INFRA_MODES)}")
+    if infra_errors == "exclude":
+        return [t for t in trials if not outcomes.is_infra(t)]
+    return [{**t, "reward": 0.0, "rounds": [{**r, "reward": 0.0} for r in t.get("rounds") or []]}
+            if outcomes.is_infra(t) else t for t in trials]
+
+
+def infra_counts(trials: Iterable[Mapping]) -> dict[str, int]:
+    counts = Counter(outcomes.outcome_of(t)[1] or "sandbox" for t in trials if outcomes.is_infra(t))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None,
+                    infra_errors: str = "exclude") -> dict:
     """eval_results.json's `metrics` for one suite's trials (multi-step keys only when some trial has rounds)."""
     trials = list(trials)
+    scored = scored_trials(trials, infra_errors)
+    infra = infra_counts(trials)
     metrics = {
-        "mean_reward": mean_reward(trials),
-        "pass_at_k": pass_at_k(trials),
-        "stderr": stderr(trials),
+        "mean_reward": mean_reward(scored),
+        "pass_at_k": pass_at_k(scored),
+        "stderr": stderr(scored),
         "n_trials": len(trials),
+        "n_scored": len(scored),
+        "n_infra_errors": sum(infra.values()),
+        "infra_errors": infra,
+        "infra_errors_counted": "excluded" if infra_errors == "exclude" else "as 0",
+        "outcomes": {o: sum(1 for t in trials if outcomes.outcome_of(t)[0] == o) for o in outcomes.OUTCOMES},
         "exceptions": exception_counts(trials),
     }
     if is_multi_step(trials) or any((n_rounds or {}).values()):
         # A multi-step suite: every task enters, attempts that crashed before round 1 count 0.
-        metrics["mt_at_k"] = mt_at_k(trials, n_rounds)
-        metrics["case_score"] = case_score(trials, n_rounds)
-        metrics["rounds_reached"] = rounds_reached(trials, n_rounds)
+        metrics["mt_at_k"] = mt_at_k(scored, n_rounds)
+        metrics["case_score"] = case_score(scored, n_rounds)
+        metrics["rounds_reached"] = rounds_reached(scored, n_rounds)
     return metrics

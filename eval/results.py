@@ -3,9 +3,11 @@ suite's name in file names and W&B keys. eval.run writes it; the training callba
 eval.compare read it.
 
     {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks": [{"task", "trial", "reward",
-     "rounds", "exception"}], "harbor_job_dir", "settings", "wall_seconds"}
+     "rounds", "exception", "outcome", "infra_kind"}], "harbor_job_dir", "settings", "wall_seconds"}
 
-`metrics` is `eval.metrics.compute_metrics`'s dict (the README's "Metrics" table).
+`metrics` is `eval.metrics.compute_metrics`'s dict (the README's "Metrics" table); a task's `outcome` is scored,
+agent_failure or infra_failure, and `infra_kind` the kind of an infrastructure failure (eval/outcomes.py).
+`summary_line` is the one line a finished eval prints (eval.run, the training callback).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ RESULTS_FILE = "eval_results.json"
 RESULTS_GLOB = "eval_results*.json"
 RESULT_KEYS = ("checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks", "harbor_job_dir",
                "settings", "wall_seconds")
-TASK_KEYS = ("task", "trial", "reward", "rounds", "exception")
+TASK_KEYS = ("task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind")
 
 
 def suite_slug(suite: str) -> str:
@@ -45,3 +47,24 @@ def build_results(*, checkpoint: str | Path, global_step: int | None, settings, 
         "harbor_job_dir": str(harbor_job_dir), "settings": asdict(settings),
         "wall_seconds": round(wall_seconds, 1),
     }
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def summary_line(results: dict) -> str:
+    """`eval: step S SUITE (AGENT): mean_reward M over N scored trials, pass@1 P; K infrastructure failures left
+    out (network 2, ...); exceptions {...}; job DIR` (or "counted as 0" with infra_errors zero)."""
+    m = results["metrics"]
+    step = f"step {results['global_step']} " if results.get("global_step") is not None else ""
+    text = (f"eval: {step}{results['suite']} ({results['agent']}): mean_reward {_fmt(m.get('mean_reward'))} over "
+            f"{m.get('n_scored', m.get('n_trials'))} scored trials, pass@k {m.get('pass_at_k')}")
+    n_infra = m.get("n_infra_errors") or 0
+    if n_infra:
+        kinds = ", ".join(f"{k} {v}" for k, v in (m.get("infra_errors") or {}).items())
+        how = "counted as 0" if m.get("infra_errors_counted") == "as 0" else "left out"
+        text += f"; {n_infra} infrastructure failure{'s' if n_infra > 1 else ''} {how} ({kinds})"
+    else:
+        text += "; no infrastructure failures"
+    return text + f"; exceptions {m.get('exceptions') or {}}; job {results['harbor_job_dir']}"

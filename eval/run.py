@@ -3,8 +3,10 @@
     python -m eval.run --checkpoint DIR --suite SUITE [--agent terminus-2|bash-tool|oracle|nop] [--attempts K]
         [--concurrency N] [--env local|docker|daytona|...] [--temperature T] [--max_tokens N] [--context_size N]
         [--parser json|xml] [--max_turns N] [--timeout_multiplier X] [--jobs_dir DIR]
+        [--env_kwargs "network=pasta images=FILE ..."] [--infra_errors exclude|zero]
         [--results_file NAME] [--wandb_run_id ID]
     python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
+    python -m eval.run --suite DIR --dry_run [--env ENV] [--env_kwargs "..."]    # preflight: can each task run?
 
 The eval options and their defaults are eval/settings.py's `EvalSettings` (the recipes' `eval_<name>` keys are
 the same settings). SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`,
@@ -14,7 +16,10 @@ that call a model reach the checkpoint through an OpenAI-compatible URL: vLLM wh
 built-in CPU server otherwise (eval/serve.py, eval/cpu_server.py). They are Harbor's Terminus-2 (`-a terminus-2`,
 JSON keystrokes in the text) and this repo's bash-tool agent (`-a harbor_plugins.bash_tool_agent:BashToolAgent`:
 the harness agentic GRPO trains, one `bash` tool; common/bash_harness.py), each given the same model, api_base,
-temperature, max_tokens and max_turns.
+temperature, max_tokens and max_turns. A trial that ended in an infrastructure failure (environment build, verifier
+tools, network, sandbox: eval/outcomes.py) is left out of the means and counted next to them (--infra_errors zero
+counts it 0); a finished eval prints one summary line. `--dry_run` runs nothing: it says per task whether it can run
+under --env and why not (eval/preflight.py).
 
 `--model_url URL --model NAME` instead of `--checkpoint`: the agent drives a model that is already served behind
 an OpenAI-compatible URL (a teacher on vLLM, a hosted API, eval/scripted_teacher.py), nothing is served; one
@@ -38,7 +43,8 @@ from pathlib import Path
 
 from common.checkpoints import global_step
 from eval import settings as eval_settings
-from eval.results import RESULTS_FILE, build_results, suite_slug
+from eval.preflight import parse_env_kwargs
+from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
 from eval.settings import EvalSettings
 from eval.wandb_log import log_to_run
 
@@ -105,6 +111,12 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
                "--env", LOCAL_ENV if settings.env == "local" else settings.env]
     if settings.timeout_multiplier != 1.0:
         command += ["--timeout-multiplier", str(settings.timeout_multiplier)]
+    try:
+        env_kwargs = parse_env_kwargs(settings.env_kwargs)
+    except ValueError as err:
+        raise EvalError(str(err)) from None
+    for key, value in env_kwargs.items():
+        command += ["--ek", f"{key}={value}"]
     if served is not None and settings.agent == "bash-tool":
         kwargs = {"api_base": served.base_url, "temperature": settings.temperature, "max_tokens": settings.max_tokens,
                   **({"max_turns": settings.max_turns} if settings.max_turns else {}),
@@ -165,7 +177,7 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
         model = served.model if served else None
     job = read_job(jobs_dir / job_name)
     results = build_results(checkpoint=checkpoint_dir, global_step=global_step(checkpoint), settings=settings,
-                            model=model, metrics=job.metrics(), trials=job.trials,
+                            model=model, metrics=job.metrics(settings.infra_errors), trials=job.trials,
                             harbor_job_dir=jobs_dir / job_name, wall_seconds=time.monotonic() - started)
     if checkpoint_dir.is_dir():
         (checkpoint_dir / results_file).write_text(json.dumps(results, indent=2))
@@ -202,7 +214,8 @@ def evaluate_endpoint(model_url: str, model: str, settings: EvalSettings, api_ke
                {"HOSTED_VLLM_API_KEY": api_key} if api_key else None)
     job = read_job(jobs_dir / job_name)
     results = build_results(checkpoint=model_url, global_step=None, settings=settings, model=model,
-                            metrics=job.metrics(), trials=job.trials, harbor_job_dir=jobs_dir / job_name,
+                            metrics=job.metrics(settings.infra_errors), trials=job.trials,
+                            harbor_job_dir=jobs_dir / job_name,
                             wall_seconds=time.monotonic() - started)
     (jobs_dir / results_file).write_text(json.dumps(results, indent=2))
     return results
@@ -224,15 +237,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results_file", default=RESULTS_FILE,
                         help="file written into the checkpoint dir, or with --model_url into the jobs dir "
                              "(default: %(default)s)")
+    parser.add_argument("--dry_run", action="store_true", help=(
+        "run nothing: say per task of --suite (a local folder) whether it can run under --env and why not"))
     parser.add_argument("--wandb_run_id", help="log eval/<suite>/<metric> into this W&B run (resumed)")
     parser.add_argument("--wandb_project", default=os.environ.get("WANDB_PROJECT", "terminal-recipes"),
                         help="the W&B project of --wandb_run_id (default: $WANDB_PROJECT or %(default)s)")
     return parser
 
 
+def dry_run(settings: EvalSettings) -> int:
+    """Preflight of --suite under --env (eval/preflight.py): a line per task and a summary; nothing runs."""
+    from eval.preflight import preflight, report_lines
+
+    try:
+        source = suite_source(settings.suite)
+        if source[0] != "-p":
+            raise EvalError(f"--suite {settings.suite}: a Harbor dataset is fetched when it runs; for a preflight "
+                            f"download it first (harbor download {settings.suite} -o DIR) and pass --suite DIR")
+        report = preflight(source[1], settings.env, settings.env_kwargs)
+    except (EvalError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(report_lines(report)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = eval_settings.from_args(args)
+    if args.dry_run:
+        return dry_run(settings)
     if bool(args.checkpoint) == bool(args.model_url):
         print("error: give exactly one of --checkpoint DIR (served for the eval) or --model_url URL --model NAME "
               "(already served)", file=sys.stderr)
@@ -255,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.wandb_run_id:
         log_to_run(results, run_id=args.wandb_run_id, project=args.wandb_project)
     metrics = results["metrics"]
+    print(summary_line(results), file=sys.stderr)
     print(json.dumps({"suite": results["suite"], "agent": results["agent"], "global_step": results["global_step"],
                       "metrics": metrics, "harbor_job_dir": results["harbor_job_dir"]}, indent=2))
     return 0

@@ -1,10 +1,11 @@
 """Metrics of an existing Harbor job directory.
 
-    python -m eval.score JOB_DIR [--json]
+    python -m eval.score JOB_DIR [--json] [--infra_errors exclude|zero]
 
 Reads every trial dir of JOB_DIR (single-step and multi-step, missing files tolerated) and prints the
 suite metrics of eval/metrics.py: mean_reward (missing reward = 0), pass_at_k (unbiased, k = 1 .. attempts
-per task), stderr (the Terminal-Bench leaderboard's), n_trials, exceptions by type; for multi-step
+per task), stderr (the Terminal-Bench leaderboard's), n_trials, infrastructure failures by kind (out of the
+means by default, `--infra_errors zero` counts them 0; eval/outcomes.py), exceptions by type; for multi-step
 (EvoCode-style) tasks also mt_at_k (fail-stop, best of k), case_score (CASE_SUMMARY lines) and
 rounds_reached. `--json` prints {"job_dir", "agent", "model", "datasets", "multi_step", "metrics", "tasks"}.
 Exit status 2, with one line on stderr, when JOB_DIR is missing or not a job directory.
@@ -18,9 +19,10 @@ import sys
 from pathlib import Path
 
 from eval.job_dir import NotAJobDir, read_job
+from eval.outcomes import INFRA_MODES
 
 
-def score_job(job_dir: str | Path) -> dict:
+def score_job(job_dir: str | Path, infra_errors: str = "exclude") -> dict:
     """{"job_dir", "agent", "model", "datasets", "multi_step", "metrics", "tasks"} of one Harbor job dir."""
     job = read_job(job_dir)
     return {
@@ -29,7 +31,7 @@ def score_job(job_dir: str | Path) -> dict:
         "model": job.model,
         "datasets": job.datasets,
         "multi_step": job.multi_step,
-        "metrics": job.metrics(),
+        "metrics": job.metrics(infra_errors=infra_errors),
         "tasks": job.trials,
     }
 
@@ -51,6 +53,11 @@ def metric_rows(metrics: dict) -> list[tuple[str, str]]:
         rows += [("case_score", _fmt(metrics.get("case_score"))),
                  ("rounds_reached", _fmt(metrics.get("rounds_reached"), 2))]
     rows.append(("n_trials", str(metrics.get("n_trials", 0))))
+    if "n_scored" in metrics:
+        rows.append(("n_scored", str(metrics["n_scored"])))
+        infra = metrics.get("infra_errors") or {}
+        rows.append((f"infra errors ({metrics.get('infra_errors_counted', 'excluded')})",
+                     ", ".join(f"{k}: {v}" for k, v in infra.items()) or "none"))
     exceptions = metrics.get("exceptions") or {}
     rows.append(("exceptions", ", ".join(f"{k}: {v}" for k, v in exceptions.items()) or "none"))
     return rows
@@ -88,7 +95,8 @@ def print_report(report: dict) -> None:
                                  for t in trials))
             row.append("  ".join(",".join(f"{r['success_count']}/{r['total_cases']}" if r["total_cases"] is not None
                                           else "-" for r in t["rounds"]) or "-" for t in trials))
-        row.append(", ".join(sorted({t["exception"] for t in trials if t["exception"]})) or "")
+        row.append(", ".join(sorted({t["exception"] + (f" (infra: {t['infra_kind']})" if t.get("infra_kind") else "")
+                                     for t in trials if t["exception"]})) or "")
         per_task.add_row(*row)
     console.print(per_task)
 
@@ -98,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job_dir", metavar="JOB_DIR", help="a Harbor job directory (jobs/<job_name>)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--infra_errors", choices=INFRA_MODES, default="exclude",
+                        help="infrastructure failures: left out of the means, or counted 0 (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        report = score_job(args.job_dir)
+        report = score_job(args.job_dir, args.infra_errors)
     except NotAJobDir as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

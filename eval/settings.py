@@ -22,6 +22,8 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
+from eval.outcomes import INFRA_MODES
+
 AGENTS = ("terminus-2", "bash-tool", "oracle", "nop")
 MODEL_AGENTS = ("terminus-2", "bash-tool")  # the agents that call a model (the others run the solution or nothing)
 PARSERS = ("json", "xml")
@@ -63,6 +65,12 @@ class EvalSettings:
         "model calls per trial (default: Harbor's for Terminus-2; no limit but the task's agent timeout for "
         "bash-tool)"))
     timeout_multiplier: float = _setting(1.0, help="Harbor's multiplier of the tasks' agent and verifier timeouts")
+    env_kwargs: str | None = _setting(None, help=(
+        "the environment's options, Harbor's --ek key=value, space-separated; the local sandbox's: network=pasta|"
+        "slirp4netns (for tasks that allow internet), images=FILE (task images), pull=true, expose=/opt, ..."))
+    infra_errors: str = _setting("exclude", choices=INFRA_MODES, help=(
+        "trials that ended in an infrastructure failure (environment build, verifier tools, network, sandbox): "
+        "left out of mean_reward and pass@k and counted next to them (exclude), or counted as 0 (zero)"))
     jobs_dir: str | None = _setting(None, recipe=False, help=(
         "where the Harbor job dirs go (default: <checkpoint>/eval_jobs; with eval.run --model_url: "
         "outputs/evals/<model>)"))

@@ -12,13 +12,23 @@ HARBOR_VERSION="${HARBOR_VERSION:-0.25.0}"
 VENV="${HARBOR_VENV:-.venv-harbor}"
 STAMP="$VENV/.installed-harbor-$HARBOR_VERSION"
 
-# Terminus-2 drives a tmux session inside the sandbox, which runs on the host's userland
-if ! command -v tmux >/dev/null 2>&1; then
+# The local sandbox's host tools, Debian packages (installed when missing and this is root with apt-get):
+#   tmux        Terminus-2 drives a tmux session inside the sandbox, which runs on the host's userland
+#   passt       pasta, and slirp4netns: user-mode networking for tasks that allow internet (--ek network=...)
+#   skopeo, umoci   image archives, OCI layouts and pulls as the sandbox's root file system (--ek images=/pull=)
+#   mmdebstrap  builds the Debian root file systems the tests run tasks in
+missing=()
+for pair in tmux:tmux pasta:passt slirp4netns:slirp4netns skopeo:skopeo umoci:umoci mmdebstrap:mmdebstrap; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup_harbor.sh: installing tmux (Terminus-2 needs it in the sandbox)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+    echo "setup_harbor.sh: installing ${missing[*]} (the local sandbox's tools)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      "${missing[@]}" >/dev/null
   else
-    echo "setup_harbor.sh: warning: tmux is missing; terminus-2 evals in --env local need it (apt-get install tmux)" >&2
+    echo "setup_harbor.sh: warning: missing ${missing[*]}: terminus-2 evals in --env local need tmux; networking," \
+      "images and their tests need the rest (apt-get install ${missing[*]}); those tests skip" >&2
   fi
 fi
 

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json
 
+from eval.outcomes import INFRA_KINDS
 from eval.results import TASK_KEYS, suite_slug
 
 
 def eval_payload(results: dict) -> dict:
-    """Flat scalars: eval/<suite>/mean_reward, eval/<suite>/pass_at_k/<k>, eval/<suite>/exceptions/<Type>, ..."""
+    """Flat scalars: eval/<suite>/mean_reward, eval/<suite>/pass_at_k/<k>, eval/<suite>/exceptions/<Type>,
+    eval/<suite>/n_infra_errors, eval/<suite>/infra_errors/<kind> (every kind, 0 when none), ..."""
     prefix = f"eval/{suite_slug(results['suite'])}"
+    metrics = dict(results["metrics"])
+    if "n_infra_errors" in metrics:  # every kind at every step, so the charts have no gaps
+        metrics["infra_errors"] = {**{k: 0 for k in INFRA_KINDS}, **(metrics.get("infra_errors") or {})}
     payload = {}
-    for key, value in results["metrics"].items():
+    for key, value in metrics.items():
         if isinstance(value, dict):
             payload.update({f"{prefix}/{key}/{k}": v for k, v in value.items() if isinstance(v, (int, float))})
         elif isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -5,27 +5,43 @@ on ``PYTHONPATH``::
 
     PYTHONPATH=. .venv-harbor/bin/harbor run -p TASK --env harbor_plugins.local_sandbox:LocalSandboxEnvironment -a oracle
 
-A thin adapter: it turns the task's ``[environment]`` (memory, cpus, storage, workdir, env), the trial's
-paths and the ``--ek`` knobs into a ``sandbox.SandboxConfig`` and hands every call to ``sandbox.Sandbox``.
+A thin adapter: it turns the task's ``[environment]`` (memory, cpus, storage, workdir, env, allow_internet), the
+trial's paths and the ``--ek`` knobs into a ``sandbox.SandboxConfig`` and hands every call to ``sandbox.Sandbox``.
 What the sandbox isolates and what it does not: the ``sandbox`` package and the README's "The local
-sandbox" section. Harbor-specific parts live here: ``/logs/*`` created at start, ``environment/``
-uploaded for ``docker_image`` tasks, the Dockerfile replayed only when the task has no
-``docker_image``, the task's folder, dataset folder and jobs folder hidden, the default user.
+sandbox" section. Harbor-specific parts live here:
+- the userland: the host's, or the task's image root file system (``--ek images=FILE``, ``--ek pull=true``;
+  ``sandbox.images``): the task's ``docker_image`` as it is, else its Dockerfile's ``FROM`` image;
+- the Dockerfile (``environment/Dockerfile``) is replayed whenever there is one, ``docker_image`` or not, except
+  when the task's own ``docker_image`` is the root file system (it holds the build's result already); the image
+  name is noted in the log, not obeyed, on the host userland; ``environment/`` is uploaded (Harbor's rule) for
+  ``docker_image`` tasks without a Dockerfile;
+- the network: none, or ``--ek network=pasta|slirp4netns`` for tasks that allow internet (Harbor's network policy
+  ``public``); never for a task that does not;
+- failures named: a build failure is Harbor's ``SandboxBuildFailedError`` (or ``NetworkNeededError`` when the
+  step asked for a name), and after the verifier's ``tests/test.sh`` ran, a reward that did not pass is checked
+  by ``sandbox.verifier.diagnose``: ``NetworkNeededError`` or ``VerifierToolsMissingError`` instead of a silent 0;
+- ``/logs/*`` created at start, the task's folder, dataset folder and jobs folder hidden, the default user.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import shlex
 from pathlib import Path
 
-from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
+from harbor.models.trial.paths import EnvironmentPaths
 
-from sandbox import Sandbox, SandboxConfig, SandboxError, missing_host_tools
+from sandbox import EnvironmentBuildError, Sandbox, SandboxConfig, SandboxError, dockerfile, missing_host_tools
+from sandbox.config import NETWORKS
+from sandbox.images import ImageRoot, ImageStore, load_images_file
+from sandbox.verifier import diagnose, reward_of
 
 __all__ = ["LocalSandboxEnvironment"]
 
 _LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
 def _list(v) -> list[str]:
@@ -34,6 +50,14 @@ def _list(v) -> list[str]:
     if isinstance(v, (list, tuple)):
         return [str(x) for x in v]
     return [x for x in str(v).split(",") if x]
+
+
+def _flag(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in _TRUE + _FALSE:
+        return str(value).lower() in _TRUE
+    raise ValueError(f"--ek {name}={value!r}: expected true or false")
 
 
 def _number(name: str, value, kind: type):
@@ -50,7 +74,11 @@ class LocalSandboxEnvironment(BaseEnvironment):
     ``cpu_time_sec`` (per-process CPU seconds, 3600), ``wall_sec`` (sandbox lifetime, 21600),
     ``memory_mb``/``storage_mb`` (defaults when the task sets none: 4096/10240), ``limits``
     (strict|best-effort), ``dockerfile`` (emulate|ignore), ``hide`` (extra host paths to hide),
-    ``expose`` (host paths made visible read-only, e.g. ``/opt``; the sandbox sees only the system folders).
+    ``expose`` (host paths made visible read-only, e.g. ``/opt``; the sandbox sees only the system folders),
+    ``network`` (none|pasta|slirp4netns: user-mode networking for tasks that allow internet; default none),
+    ``images`` (a JSON file: image reference -> OCI layout, image tarball or root file system tarball/folder),
+    ``pull`` (true: pull images that file does not name with skopeo; needs the network), ``image_cache``
+    (where unpacked images are kept; default ~/.cache/terminal-recipes/images).
     """
 
     def __init__(
@@ -71,6 +99,10 @@ class LocalSandboxEnvironment(BaseEnvironment):
         dockerfile: str = "emulate",
         hide: str | list[str] | None = None,
         expose: str | list[str] | None = None,
+        network: str = "none",
+        images: str | None = None,
+        pull: bool | str = False,
+        image_cache: str | None = None,
         **kwargs,
     ):
         self._knobs = {
@@ -85,7 +117,14 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._dockerfile_mode = str(dockerfile)
         self._extra_hide = _list(hide)
         self._expose = _list(expose)
+        if str(network) not in NETWORKS:
+            raise ValueError(f"--ek network={network!r}: use one of {', '.join(NETWORKS)}")
+        self._network = str(network)
+        self._images_file = str(images) if images else None
+        self._pull = _flag("pull", pull)
+        self._image_cache = str(image_cache) if image_cache else None
         self._sandbox: Sandbox | None = None
+        self._agent_mark = 0
         super().__init__(environment_dir, environment_name, session_id, trial_paths, task_env_config,
                          logger=logger, **kwargs)
 
@@ -109,24 +148,29 @@ class LocalSandboxEnvironment(BaseEnvironment):
             raise SystemExit(f"local sandbox needs util-linux/tar/bash on this host; missing: {', '.join(missing)}")
 
     def _validate_definition(self):
-        if (self.environment_dir / "docker-compose.yaml").exists() and not (self.environment_dir / "Dockerfile").exists():
-            raise ValueError(
-                f"{self.environment_dir}: multi-container (docker-compose) tasks need --env docker or daytona; "
-                "the local sandbox runs one host-userland sandbox per trial"
-            )
+        # nothing here: Harbor validates every task's environment before the job starts, so an error raised here
+        # would end the whole job; a task this environment cannot run fails its own trials, in start()
+        pass
 
     async def start(self, force_build: bool) -> None:
         self.preflight()
-        if not self._network_disabled:
-            self.logger.debug("local sandbox: the task allows network access; the sandbox has none")
+        if (self.environment_dir / "docker-compose.yaml").exists() and not (self.environment_dir / "Dockerfile").exists():
+            raise SandboxBuildFailedError(
+                f"{self.environment_dir}: multi-container (docker-compose) tasks need --env docker or daytona; "
+                "the local sandbox runs one sandbox per trial")
         # built here, not in __init__: a bad knob value (mode, limits, dockerfile) fails the trial, as
         # SandboxError/ValueError in its result, not the whole job
-        self._sandbox = Sandbox(self._sandbox_config(), logger=self.logger)
-        await self._sandbox.start()
+        try:
+            image = await asyncio.to_thread(self._image_root)
+            self._sandbox = Sandbox(self._sandbox_config(image), logger=self.logger)
+            await self._sandbox.start()
+        except EnvironmentBuildError as err:  # Harbor's own name for it (its error policy knows it)
+            raise SandboxBuildFailedError(str(err)) from err
         res = await self._sandbox.exec(f"mkdir -p {_LOG_DIRS} && chmod 777 {_LOG_DIRS}", cwd="/", user="root")
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
         await self._upload_environment_dir_after_start()
+        self._agent_mark = self._sandbox.network_mark()
 
     async def stop(self, delete: bool):
         if self._sandbox is not None:
@@ -134,8 +178,13 @@ class LocalSandboxEnvironment(BaseEnvironment):
 
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
-        res = await self._running().exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
-                                         user=self._resolve_user(user))
+        sandbox = self._running()
+        verifying = self._is_verifier_run(command)
+        mark = sandbox.network_mark()
+        res = await sandbox.exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
+                                 user=self._resolve_user(user))
+        if verifying:
+            await self._check_verifier_run(sandbox, mark)
         return ExecResult(stdout=res.stdout or None, stderr=res.stderr or None, return_code=res.return_code)
 
     async def upload_file(self, source_path: Path | str, target_path: str):
@@ -148,7 +197,38 @@ class LocalSandboxEnvironment(BaseEnvironment):
         await self._running().download_file(source_path, target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str):
+        if self._sandbox is None or self._sandbox.init_pid is None:
+            # Harbor collects the logs of a trial whose environment never started (a build failure): there are none
+            self.logger.debug(f"local sandbox: not running; nothing to download from {source_dir}")
+            return
         await self._running().download_dir(source_dir, target_dir)
+
+    # ------------------------------------------------------------------ the verifier's run
+    def _is_verifier_run(self, command: str) -> bool:
+        """Harbor's verifier runs ``(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1``."""
+        out = str(EnvironmentPaths.verifier_dir / self.trial_paths.test_stdout_path.name)
+        return command.rstrip().endswith((f"> {out} 2>&1", f"> {shlex.quote(out)} 2>&1"))
+
+    async def _check_verifier_run(self, sandbox: Sandbox, mark: int) -> None:
+        """Raise the infrastructure failure behind a verifier run that did not pass (sandbox.verifier.diagnose)."""
+        verifier_dir = EnvironmentPaths.verifier_dir
+        script = "\n".join(f"printf '%s\\0' \"$(cat {verifier_dir / name} 2>/dev/null | head -c 65536)\""
+                            for name in ("reward.json", "reward.txt"))
+        output = verifier_dir / self.trial_paths.test_stdout_path.name
+        script += f"\nprintf '%s' \"$(tail -c 65536 {output} 2>/dev/null)\""
+        res = await sandbox.exec(script, cwd="/", user="root")
+        reward_json, reward_txt, output = (res.stdout.split("\0", 2) + ["", "", ""])[:3]
+        verifier_names = sandbox.names_asked(mark, commands_only=True)
+        agent_names = sandbox.names_asked(self._agent_mark, until=mark)  # between the start (or last round) and now
+        self._agent_mark = sandbox.network_mark()  # a multi-step task's next round starts counting here
+        # the agent's names count only where the task says it needs internet (TB2 tasks do: allow_internet = true);
+        # Harbor's default policy is public too, and a failing agent must not get out of its 0 by trying the network
+        declared = "network_mode" in self.task_env_config.model_fields_set and not self._network_disabled
+        failure = diagnose(reward_of(reward_json, reward_txt), output, verifier_names=verifier_names,
+                           agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland)
+        if failure is not None:
+            self.logger.warning(f"local sandbox: {type(failure).__name__}: {str(failure).splitlines()[0]}")
+            raise failure
 
     # ------------------------------------------------------------------ mapping
     def _running(self) -> Sandbox:
@@ -156,7 +236,34 @@ class LocalSandboxEnvironment(BaseEnvironment):
             raise SandboxError("local sandbox not started")
         return self._sandbox
 
-    def _sandbox_config(self) -> SandboxConfig:
+    def _image_root(self) -> tuple[ImageRoot | None, bool]:
+        """(the unpacked image, whether it is the task's own docker_image) with --ek images/pull; else (None, False).
+        Blocking (it may unpack or pull): run in a thread."""
+        cfg = self.task_env_config
+        base = dockerfile.base_image(self.environment_dir / "Dockerfile")
+        if not (self._images_file or self._pull):
+            if cfg.docker_image or base:
+                self.logger.info(f"local sandbox: image {cfg.docker_image or base} noted, not obeyed: the host's "
+                                 "userland runs the task (give images with --ek images=FILE)")
+            return None, False
+        try:
+            store = ImageStore(load_images_file(self._images_file) if self._images_file else {},
+                               cache_dir=self._image_cache, pull=self._pull)
+        except ValueError as err:
+            raise EnvironmentBuildError(f"--ek images: {err}") from None
+        for ref, own in ((cfg.docker_image, True), (base, False)):
+            if ref and store.has(ref):
+                return store.root(ref), own
+        ref = cfg.docker_image or base
+        if ref and store.pull:
+            return store.root(ref), ref == cfg.docker_image
+        raise EnvironmentBuildError(
+            f"no image root file system for this task: {self._images_file or 'the images file'} names neither "
+            f"{cfg.docker_image or '(no docker_image)'} nor the Dockerfile's FROM {base or '(none)'}; add one, "
+            "or --ek pull=true (skopeo, needs the network)")
+
+    def _sandbox_config(self, image: tuple[ImageRoot | None, bool] = (None, False)) -> SandboxConfig:
+        root, own_image = image
         cfg = self.task_env_config
         # the task's folder and dataset folder (solutions, tests) and the jobs folder (other trials)
         hide = [self.environment_dir.parent, self.environment_dir.parent.parent,
@@ -166,13 +273,18 @@ class LocalSandboxEnvironment(BaseEnvironment):
             memory_mb=self._effective_memory_mb or self._default_memory_mb,
             storage_mb=cfg.storage_mb or self._default_storage_mb,
             cpus=self._effective_cpus,
-            workdir=cfg.workdir,
+            workdir=cfg.workdir or (root.workdir if root else None),
             environment_dir=self.environment_dir,
-            dockerfile=self._dockerfile_mode,
+            # the task's own image holds its build already; otherwise the Dockerfile is replayed (docker_image or not)
+            dockerfile="ignore" if own_image else self._dockerfile_mode,
             build_timeout_sec=int(cfg.build_timeout_sec or 600),
             hide=[str(p) for p in hide],
             expose=self._expose,
+            env=dict(root.env) if root else {},
+            network=self._network if not self._network_disabled else "none",
+            rootfs=root.rootfs if root else None,
             name=self.session_id.replace("/", "_"),
         )
-        # docker_image tasks get environment/ uploaded instead (_upload_environment_dir_after_start)
-        return replace(config, dockerfile="ignore") if cfg.docker_image else config
+        if self._network != "none" and self._network_disabled:
+            self.logger.debug(f"local sandbox: --ek network={self._network} ignored: the task does not allow internet")
+        return config

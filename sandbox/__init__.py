@@ -13,13 +13,16 @@ Modules: ``core`` (Sandbox, ExecResult), ``blocking`` (BlockingSandbox), ``confi
 ``errors``, ``init`` (the sandbox's PID 1), ``enter`` (runs one command inside: namespaces, dropped
 capabilities, seccomp), ``seccomp`` (the filter's allow-list and syscall tables, as data), ``cgroup``
 (limits as root), ``dockerfile`` (the replayed Dockerfile subset), ``transfer`` (tar in and out,
-streamed and capped), ``processes`` (host-side kills).
+streamed and capped), ``processes`` (host-side kills), ``images`` (image references -> unpacked root file
+systems, ``SandboxConfig.rootfs``), ``verifier`` (why a verifier's run measured the environment, not the agent).
 """
 
 from sandbox.blocking import BlockingSandbox
 from sandbox.config import SandboxConfig
 from sandbox.core import ExecResult, Sandbox, missing_host_tools
-from sandbox.errors import SandboxError, SandboxExecTimeoutError
+from sandbox.errors import (EnvironmentBuildError, NetworkNeededError, SandboxError, SandboxExecTimeoutError,
+                            VerifierToolsMissingError)
 
-__all__ = ["BlockingSandbox", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError",
-           "SandboxExecTimeoutError", "missing_host_tools"]
+__all__ = ["BlockingSandbox", "EnvironmentBuildError", "ExecResult", "NetworkNeededError", "Sandbox",
+           "SandboxConfig", "SandboxError", "SandboxExecTimeoutError", "VerifierToolsMissingError",
+           "missing_host_tools"]

@@ -81,6 +81,19 @@ class BlockingSandbox:
     def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         self._call(self.sandbox.download_dir(source_dir, target_dir))
 
+    def network_mark(self) -> int:
+        return self._call(self._on_loop(self.sandbox.network_mark))
+
+    def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
+        return self._call(self._on_loop(self.sandbox.names_asked, since, commands_only, until))
+
+    def queries(self, since: int = 0) -> list[dict]:
+        return self._call(self._on_loop(self.sandbox.queries, since))
+
+    @staticmethod
+    async def _on_loop(fn, *args):  # the sandbox's state is the event-loop thread's
+        return fn(*args)
+
     def stop(self) -> None:
         """Stop the sandbox: every process of it dies (``close`` also ends the thread)."""
         self._call(self.sandbox.stop())

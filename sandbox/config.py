@@ -9,6 +9,7 @@ from pathlib import Path
 MODES = ("auto", "root", "userns")
 LIMITS = ("strict", "best-effort")
 DOCKERFILE_MODES = ("emulate", "ignore")
+NETWORKS = ("none", "pasta", "slirp4netns")
 
 
 def _new_name() -> str:
@@ -37,6 +38,12 @@ class SandboxConfig:
     skipped (a warning), a folder stream over it in all fails (sparse files count their full size).
     ``env``: variables of every command, over PATH/HOME/LANG and the Dockerfile's ``ENV``; nothing of
     this process's own environment is passed in. ``name``: names the cgroup and the PID 1 process.
+    ``network``: ``none`` (loopback only; a resolver on 127.0.0.1 answers no name and records the names asked,
+    ``Sandbox.names_asked``), or user-mode networking by ``pasta`` or ``slirp4netns`` (the host programs, Debian
+    packages passt and slirp4netns): a default route out through them, never to the host's loopback.
+    ``rootfs``: an unpacked root file system (a folder, see ``sandbox.images``) that the sandbox runs instead of
+    the host's system folders: it is the read-only lower layer of one overlay that becomes ``/`` (``hide`` and the
+    ``/etc`` sanitizing then have nothing to do; ``expose`` still binds host paths read-only).
     """
 
     mode: str = "auto"
@@ -57,6 +64,8 @@ class SandboxConfig:
     max_download_bytes: int = 256 * 1024 * 1024
     env: dict[str, str] = field(default_factory=dict)
     hostname: str = "sandbox"
+    network: str = "none"
+    rootfs: Path | None = None
     name: str = field(default_factory=_new_name)
 
     def tmpfs_sizes_mb(self, userns: bool) -> dict[str, int]:
@@ -75,7 +84,8 @@ class SandboxConfig:
         return sizes
 
     def __post_init__(self) -> None:
-        for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES)):
+        for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES),
+                             ("network", NETWORKS)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",
@@ -88,6 +98,10 @@ class SandboxConfig:
             raise ValueError(f"sandbox name {self.name!r} must be a single path component")
         if self.environment_dir is not None:
             self.environment_dir = Path(self.environment_dir)
+        if self.rootfs is not None:
+            self.rootfs = Path(self.rootfs)
+            if not self.rootfs.is_absolute() or any(c in str(self.rootfs) for c in ",:\n"):
+                raise ValueError(f"sandbox rootfs {str(self.rootfs)!r} must be an absolute path without ',' or ':'")
         self.hide = [str(p) for p in self.hide]
         self.expose = [str(p) for p in self.expose]
         for p in self.expose:

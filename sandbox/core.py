@@ -11,11 +11,19 @@ seccomp filter, and only then executes ``/bin/bash -c`` of the sandbox with a cl
 program or library of the sandbox ever runs with the host's privileges). A command past its ``timeout_sec``, or cancelled, has its whole
 process group killed. ``stop`` kills PID 1 (the kernel then kills every process of the namespace),
 so does the closing of the lifeline pipe when this process dies, and so does the ``wall_sec`` cap.
+
+Network: with ``network="none"`` the sandbox has loopback only and its PID 1 answers DNS on 127.0.0.1 with
+REFUSED, reporting each name asked over a pipe (``names_asked``): so a step that failed after asking for
+``pypi.org`` is named as one that needed the network. With ``pasta`` or ``slirp4netns`` that program (the host's,
+started here, killed at ``stop`` or with this process) gives the namespace a default route out through
+user-mode networking: 10.0.2.100/24, gateway 10.0.2.2, DNS 10.0.2.3, and no path to the host's loopback
+(pasta: ``--no-map-gw``, no port forwarding either way; slirp4netns: ``--disable-host-loopback``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -45,6 +53,10 @@ CAPABILITIES = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "
 _NEVER_HIDDEN = [Path(p) for p in DEFAULT_PATH.split(":")] + [Path(p) for p in ("/etc", "/lib", "/lib64",
                                                                                 "/usr", "/var", "/opt")]
 _TRANSFER_TIMEOUT_SEC = 600
+NET_ADDRESS, NET_GATEWAY, NET_DNS = "10.0.2.100", "10.0.2.2", "10.0.2.3"  # slirp4netns's defaults; pasta told so
+RESOLV_OFFLINE = "# the local sandbox: no network; this resolver answers no name and records the names asked\n" \
+                 "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n"
+NETWORK_PACKAGES = {"pasta": "passt", "slirp4netns": "slirp4netns"}
 
 
 @dataclass
@@ -101,6 +113,10 @@ class Sandbox:
         self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
         self._running: set[asyncio.subprocess.Process] = set()
         self._init_start: str | None = None
+        self._report_r: int | None = None
+        self._report_buf = b""
+        self._queries: list[dict] = []
+        self._net_proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -113,6 +129,60 @@ class Sandbox:
     def init_pid(self) -> int | None:
         """The host pid of the sandbox's PID 1 while it runs, else None."""
         return self._init_pid
+
+    @property
+    def userland(self) -> str:
+        """What the sandbox's programs are: ``host userland`` or ``image <rootfs>`` (for messages)."""
+        return f"image {self.config.rootfs}" if self.config.rootfs else "host userland"
+
+    # ------------------------------------------------------------------ names asked (network="none")
+    def network_mark(self) -> int:
+        """A mark for ``names_asked(since=...)``: the number of DNS queries recorded so far."""
+        self._drain_reports()
+        return len(self._queries)
+
+    def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
+        """The host names asked of the sandbox's resolver between the marks ``since`` and ``until`` (``network_mark``;
+        default: now), first-asked first, each once. ``commands_only``: only those asked by a process descending
+        from a command that was running then (not by an orphan, e.g. a daemon an earlier command left behind)."""
+        self._drain_reports()
+        names: list[str] = []
+        for q in self._queries[since:until]:
+            labels = str(q.get("name") or "").split(".")
+            while labels and labels[0].startswith("_"):  # an SRV look-up (_http._tcp.deb.debian.org): the host's
+                labels.pop(0)
+            name = ".".join(labels)
+            if (commands_only and q.get("orphan")) or not name or name in names:
+                continue
+            names.append(name)
+        return names
+
+    def queries(self, since: int = 0) -> list[dict]:
+        """The DNS queries recorded since ``since``: ``{"name", "type", "comm", "orphan"}`` each."""
+        self._drain_reports()
+        return [dict(q) for q in self._queries[since:]]
+
+    def _drain_reports(self) -> None:
+        if self._report_r is None:
+            return
+        while True:
+            try:
+                chunk = os.read(self._report_r, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            self._report_buf += chunk
+        *lines, self._report_buf = self._report_buf.split(b"\n")
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and len(self._queries) < 10000:
+                self._queries.append(record)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -145,6 +215,17 @@ class Sandbox:
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
+        if self._net_proc is not None:
+            killpg(self._net_proc.pid)
+            try:
+                await asyncio.wait_for(self._net_proc.wait(), timeout=10)
+            except asyncio.TimeoutError:
+                pass
+            self._net_proc = None
+        if self._report_r is not None:
+            self._drain_reports()
+            os.close(self._report_r)
+            self._report_r = None
         if self._init_pid:
             deadline = time.monotonic() + 10
             while Path(f"/proc/{self._init_pid}").exists() and time.monotonic() < deadline:
@@ -159,15 +240,33 @@ class Sandbox:
     async def _launch(self) -> None:
         cfg = self.config
         self._choose_mode()
+        if cfg.network != "none" and not shutil.which(cfg.network):
+            raise SandboxError(f"network={cfg.network}: {cfg.network} is not installed on this host "
+                               f"(apt-get install {NETWORK_PACKAGES[cfg.network]}), or use network=none")
+        if cfg.rootfs is not None and not (cfg.rootfs / "bin" / "sh").exists() \
+                and not (cfg.rootfs / "bin").is_symlink():
+            raise SandboxError(f"rootfs {cfg.rootfs}: not an unpacked root file system (no bin/sh)")
         r, w = os.pipe()
         self._lifeline_w = w
+        report_r, report_w = os.pipe() if cfg.network == "none" else (None, None)
+        if report_r is not None:
+            os.set_blocking(report_r, False)
+            try:
+                fcntl.fcntl(report_w, 1031, 1 << 20)  # F_SETPIPE_SZ: room for many records between two reads
+            except OSError:
+                pass
+        self._report_r = report_r
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
-            "hide": self._hidden_paths(),
+            "hide": [] if cfg.rootfs else self._hidden_paths(),
             "expose": cfg.expose,
             "wall_sec": cfg.wall_sec,
             "hostname": cfg.hostname,
             "lifeline_fd": r,
+            "rootfs": str(cfg.rootfs) if cfg.rootfs else None,
+            "resolver": cfg.network == "none",
+            "report_fd": report_w if report_w is not None else -1,
+            "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
         }
         argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts",
                 "--propagation", "private", "--kill-child"]
@@ -178,10 +277,13 @@ class Sandbox:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=(r,), start_new_session=True, env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=(r,) + ((report_w,) if report_w is not None else ()), start_new_session=True,
+                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
             )
         finally:
             os.close(r)
+            if report_w is not None:
+                os.close(report_w)
         try:
             line = await asyncio.wait_for(self._proc.stdout.readline(), timeout=60)
         except asyncio.TimeoutError:
@@ -195,7 +297,57 @@ class Sandbox:
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
         self._init_pid = find_child_pid(self._proc.pid)
         self._init_start = _start_time(self._init_pid)
-        self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode {'userns' if self._userns else 'root'}")
+        if cfg.network != "none":
+            await self._attach_network()
+        self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode "
+                          f"{'userns' if self._userns else 'root'}, network {cfg.network}"
+                          + (f", rootfs {cfg.rootfs}" if cfg.rootfs else ""))
+
+    async def _attach_network(self) -> None:
+        """Start pasta or slirp4netns on the sandbox's network namespace and wait for its default route. The
+        helper dies with this process (``setpriv --pdeathsig``) or at ``stop``."""
+        tool, pid = self.config.network, self._init_pid
+        fds: list[int] = []
+        if tool == "pasta":
+            fds.append(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY))
+            argv = ["pasta", "-f", "-q", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+                    "--no-map-gw", "-a", NET_ADDRESS, "-n", "24", "-g", NET_GATEWAY, "--dns-forward", NET_DNS,
+                    "--netns", f"/proc/self/fd/{fds[0]}"]
+            if self._userns:
+                fds.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY))
+                argv += ["--userns", f"/proc/self/fd/{fds[1]}"]
+            else:
+                argv[1:1] = ["--runas", "0"]  # as root it would switch to nobody, who cannot join a root-owned netns
+        else:
+            argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox"]
+            if self._userns:
+                argv += [f"--userns-path=/proc/{pid}/ns/user"]
+            argv += [str(pid), "tap0"]
+        try:
+            self._net_proc = await asyncio.create_subprocess_exec(
+                "setpriv", "--pdeathsig", "KILL", "--", *argv, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, pass_fds=tuple(fds),
+                start_new_session=True, env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                routes = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+            except OSError:
+                routes = []
+            if any(line.split()[1:2] == ["00000000"] for line in routes):
+                return
+            if self._net_proc.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        err = b""
+        if self._net_proc.returncode is not None:
+            err = await self._net_proc.stderr.read()
+        lines = [ln for ln in err.decode(errors="replace").splitlines() if "syslog" not in ln]
+        raise SandboxError(f"network={tool}: no default route in the sandbox after 20 s"
+                           + (f": {' '.join(lines)[-500:]}" if lines else ""))
 
     async def _prepare(self) -> None:
         cfg = self.config
@@ -218,8 +370,11 @@ class Sandbox:
         script = f"cd {shlex.quote(cwd or self.workdir)} || exit 1\n{command}"
         full_env = {**self._dockerfile_env, **self.config.env, **(env or {})}
         inner, spec = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
-        rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env, user_spec=spec,
-                                       cap=self.config.max_output_bytes)
+        try:
+            rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env, user_spec=spec,
+                                           cap=self.config.max_output_bytes)
+        finally:
+            self._drain_reports()  # the records of this command's queries are in the pipe by now
         if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
             # a command failure, not an infrastructure error: the task (e.g. a full tmpfs) did it
             self.logger.warning("local sandbox: the sandbox died under a command")

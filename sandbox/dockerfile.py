@@ -3,8 +3,13 @@
 Runs in: any Python >= 3.11, standard library only.
 
 Replayed: ``WORKDIR`` (created), ``ENV`` (set for every later command), ``COPY``/``ADD`` of files from the
-build context, ``RUN`` (as root, no network). Ignored: ``FROM`` and the other metadata lines (the
-userland is the host's); ``COPY --from`` and anything else unknown is skipped with a warning.
+build context, ``RUN`` (as root; with the sandbox's network, none by default). Not obeyed: ``FROM`` (the
+userland is the host's, or the image root file system the sandbox was given) and the other metadata lines;
+``COPY --from`` and anything else unknown is skipped with a warning.
+
+A ``RUN`` that fails raises ``NetworkNeededError`` when it asked the sandbox's resolver for a name (so it
+needed a download: ``apt-get install``, ``pip install``, ``git clone https://...``), else
+``EnvironmentBuildError``; a ``COPY`` whose source is missing raises ``EnvironmentBuildError``.
 """
 
 from __future__ import annotations
@@ -15,13 +20,23 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from sandbox.errors import SandboxError
+from sandbox.errors import NETWORK_FIX, EnvironmentBuildError, NetworkNeededError
 
 if TYPE_CHECKING:
     from sandbox.core import Sandbox
 
 IGNORED = ("FROM", "ARG", "LABEL", "CMD", "ENTRYPOINT", "EXPOSE", "USER", "SHELL",
            "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "MAINTAINER", "ONBUILD")
+
+
+def base_image(path: Path) -> str | None:
+    """The image of the Dockerfile's last ``FROM`` (its build stage's base), without ``--platform`` or ``AS``."""
+    ref = None
+    for op, rest in parse(path):
+        if op == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            ref = words[0] if words else None
+    return ref
 
 
 def parse(path: Path) -> list[tuple[str, str]]:
@@ -77,7 +92,11 @@ async def replay(sandbox: Sandbox, path: Path, context: Path, env: dict[str, str
             *srcs, dst = args
             dst = str(PurePosixPath(wd) / dst)
             for pattern in srcs:
-                for src in sorted(context.glob(pattern)) or [context / pattern]:
+                found = sorted(context.glob(pattern)) or [context / pattern]
+                if not all(src.exists() for src in found):
+                    raise EnvironmentBuildError(f"Dockerfile {op} {rest}: {pattern} is not in the build context "
+                                                f"{context}")
+                for src in found:
                     if src.is_dir():
                         await sandbox.upload_dir(src, dst)
                     elif dst.endswith("/") or len(srcs) > 1:
@@ -86,9 +105,19 @@ async def replay(sandbox: Sandbox, path: Path, context: Path, env: dict[str, str
                         await sandbox.upload_file(src, dst)
         elif op == "RUN":
             cmd = " ".join(shlex.quote(a) for a in json.loads(rest)) if rest.startswith("[") else rest
+            mark = sandbox.network_mark()
             res = await sandbox.exec(cmd, cwd=wd, user="root", timeout_sec=timeout_sec)
+            names = sandbox.names_asked(mark)
             if res.return_code != 0:
-                raise SandboxError(f"Dockerfile RUN failed in the local sandbox (exit {res.return_code}; "
-                                   f"host userland, no network): {cmd}\n{res.stderr or res.stdout}")
+                tail = (res.stderr or res.stdout).strip()[-1500:]
+                if names:
+                    raise NetworkNeededError(
+                        f"Dockerfile RUN needed the network (it asked for {', '.join(names[:5])}) and failed "
+                        f"(exit {res.return_code}): {cmd}\n{NETWORK_FIX}\n{tail}", phase="build", names=names)
+                raise EnvironmentBuildError(f"Dockerfile RUN failed in the local sandbox (exit {res.return_code}; "
+                                            f"{sandbox.userland}): {cmd}\n{tail}")
+            if names:
+                logger.warning(f"local sandbox: Dockerfile RUN asked for {', '.join(names[:5])} (no network) but "
+                               f"succeeded: {cmd}")
         elif op not in IGNORED:
             logger.warning(f"local sandbox: ignoring Dockerfile {op}")

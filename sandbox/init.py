@@ -15,9 +15,15 @@ already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the
   /sys: sysfs read-only (skipped where the kernel refuses)
   /tmp /var/tmp /run: fresh tmpfs; the paths in ``hide`` covered by an empty read-only tmpfs
 then pivot_root()s into it and detaches the old root, so no path leads back to the host's tree.
-Loopback is brought up (the network namespace has no other interface). It prints ``READY`` and
-then reaps orphans until the wall-time deadline passes or the lifeline pipe from the owning
-process closes; when PID 1 exits the kernel kills every process of the namespace.
+With ``rootfs`` (an unpacked image, ``sandbox.images``) the root is instead one overlay whose read-only lower
+layer is that folder: the image's userland, nothing of the host's but the ``expose`` paths.
+``/etc/resolv.conf`` is the sandbox's own (``resolv_conf``). Loopback is brought up (the network namespace has
+no other interface until core attaches pasta or slirp4netns). With ``resolver`` PID 1 also answers DNS on
+127.0.0.1:53: every query gets REFUSED, and the name, the asking program and whether it descends from a
+running command (not an orphan left by an earlier one) go as a JSON line to ``report_fd``, a pipe to the
+owning process that no command of the sandbox holds. It prints ``READY`` and then reaps orphans until the
+wall-time deadline passes or the lifeline pipe from the owning process closes; when PID 1 exits the kernel
+kills every process of the namespace.
 """
 
 from __future__ import annotations
@@ -188,18 +194,9 @@ def _expose(root: str, host: str, fd: int, is_dir: bool) -> None:
         mount(dst, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def build_root(cfg: dict) -> None:
-    sizes = cfg.get("tmpfs_mb") or {}
-    storage_mb = int(sizes.get("root") or 1024)
-    shm_mb = int(sizes.get("shm") or 64)
-    exposed = _open_exposed(cfg.get("expose") or [])
-    stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
-    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
-    for d in ("u", "w", "root"):
-        os.mkdir(f"{stage}/{d}", 0o755)
-    root = f"{stage}/root"
+def _host_folders(root: str, stage: str) -> None:
+    """Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs)."""
     mount(root, root, None, MS_BIND)  # a mount point for pivot_root, on the same tmpfs (one size budget)
-    # Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs)
     for name in sorted(os.listdir("/")):
         src, dst = f"/{name}", f"{root}/{name}"
         if os.path.islink(src):
@@ -220,6 +217,49 @@ def build_root(cfg: dict) -> None:
             os.makedirs(f"{root}/var/{rel}", exist_ok=True)
             _overlay_or_bind(f"/var/{rel}", f"{root}/var/{rel}", stage, "var-" + rel.replace("/", "-"))
     _sanitize_etc(root)
+
+
+def _image_root(root: str, stage: str, rootfs_fd: int) -> None:
+    """The image's userland: one overlay over the unpacked root file system (opened before /tmp was covered)."""
+    os.makedirs(f"{stage}/u/image")
+    os.makedirs(f"{stage}/w/image")
+    overlay(f"/proc/self/fd/{rootfs_fd}", f"{stage}/u/image", f"{stage}/w/image", root)
+    os.close(rootfs_fd)
+    for rel, mode in (("proc", 0o555), ("dev", 0o755), ("sys", 0o555), ("tmp", 0o1777), ("var/tmp", 0o1777),
+                      ("run", 0o755), ("root", 0o700), ("etc", 0o755)):
+        if not os.path.lexists(f"{root}/{rel}"):
+            os.makedirs(f"{root}/{rel}", mode=mode)
+
+
+def _write_resolv_conf(root: str, text: str) -> None:
+    """The sandbox's own /etc/resolv.conf (a symlink, e.g. systemd's stub, is replaced; the host's is untouched)."""
+    path = f"{root}/etc/resolv.conf"
+    try:
+        if os.path.lexists(path):
+            os.unlink(path)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:  # a read-only /etc (user namespace without overlay): names resolve as the host's do
+        print(f"sandbox: cannot write /etc/resolv.conf ({exc}); DNS queries are not recorded", file=sys.stderr)
+
+
+def build_root(cfg: dict) -> None:
+    sizes = cfg.get("tmpfs_mb") or {}
+    storage_mb = int(sizes.get("root") or 1024)
+    shm_mb = int(sizes.get("shm") or 64)
+    exposed = _open_exposed(cfg.get("expose") or [])
+    rootfs_fd = os.open(cfg["rootfs"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if cfg.get("rootfs") else None
+    stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
+    for d in ("u", "w", "root"):
+        os.mkdir(f"{stage}/{d}", 0o755)
+    root = f"{stage}/root"
+    if rootfs_fd is not None:
+        _image_root(root, stage, rootfs_fd)
+    else:
+        _host_folders(root, stage)
+    if cfg.get("resolv_conf"):
+        _write_resolv_conf(root, cfg["resolv_conf"])
 
     def p(rel: str) -> str:
         return root + rel
@@ -294,6 +334,124 @@ def build_root(cfg: dict) -> None:
     os.chdir("/")
 
 
+# ---------------------------------------------------------------- the recording resolver (no network)
+# Hand-written rather than dnsmasq & co: they log names but not which process asked, and the verifier/agent
+# split needs the asker; and a parser in Python is a smaller thing to expose to the task's packets than C as root.
+DNS_REFUSED = 5
+MAX_REPORTS = 2000  # names reported per sandbox; later queries are still answered
+
+
+def dns_question(data: bytes) -> tuple[bytes, str, int] | None:
+    """(the REFUSED reply, the name asked, its type) of a DNS query; None for anything that is not one."""
+    if len(data) < 12:
+        return None
+    qid, flags, qdcount = struct.unpack(">HHH", data[:6])
+    if flags & 0x8000 or qdcount < 1:
+        return None
+    i, labels = 12, []
+    while True:
+        if i >= len(data) or len(labels) > 127:
+            return None
+        n = data[i]
+        if n == 0:
+            i += 1
+            break
+        if n & 0xC0:
+            return None
+        labels.append(data[i + 1:i + 1 + n])
+        i += 1 + n
+    if i + 4 > len(data):
+        return None
+    qtype = struct.unpack(">H", data[i:i + 2])[0]
+    reply = struct.pack(">HHHHHH", qid, 0x8000 | (flags & 0x7900) | 0x0080 | DNS_REFUSED, 1, 0, 0, 0) + data[12:i + 4]
+    return reply, b".".join(labels).decode("ascii", "replace").lower(), qtype
+
+
+OWNER_SCAN_SEC = 0.05  # per query: PID 1 must keep reaping; past it the asker is unknown (counted as an orphan)
+
+
+def _socket_owner(port: int) -> int | None:
+    """The pid (in this PID namespace) holding the UDP socket bound to ``port``: /proc/net/udp gives its inode,
+    /proc/<pid>/fd the process. Gives up (None) after OWNER_SCAN_SEC."""
+    deadline = time.monotonic() + OWNER_SCAN_SEC
+    hexport = f"{port:04X}"
+    targets = set()
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[1].rsplit(":", 1)[-1] == hexport:
+                targets.add(f"socket:[{parts[9]}]")
+    if not targets:
+        return None
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == "1":
+            continue
+        if time.monotonic() > deadline:
+            return None
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds[:4096]:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    return int(pid)
+            except OSError:
+                continue
+    return None
+
+
+def _lineage(pid: int) -> tuple[str, bool]:
+    """(program name, orphan): a process descends from a running command when its chain of parents ends at one
+    whose parent is outside this PID namespace (ppid 0: sandbox/enter.py's child); an orphan's ends at PID 1."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+    except OSError:
+        return "?", True
+    for _ in range(256):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return comm, True
+        if ppid == 0:
+            return comm, False
+        if ppid == 1:
+            return comm, True
+        pid = ppid
+    return comm, True
+
+
+def answer_dns(sock: socket.socket, report_fd: int, state: dict) -> None:
+    try:
+        data, addr = sock.recvfrom(4096)
+    except OSError:
+        return
+    q = dns_question(data)
+    if q is None:
+        return
+    reply, name, qtype = q
+    if state["reported"] < MAX_REPORTS and report_fd >= 0:
+        state["reported"] += 1
+        pid = _socket_owner(addr[1])
+        comm, orphan = _lineage(pid) if pid else ("?", True)
+        line = json.dumps({"name": name, "type": qtype, "comm": comm, "orphan": orphan}) + "\n"
+        try:
+            os.write(report_fd, line.encode())  # before the answer: the asker is still waiting, its command running
+        except OSError:  # a full pipe (the owner is not reading): the record is lost, the answer is not
+            pass
+    try:
+        sock.sendto(reply, addr)
+    except OSError:
+        pass
+
+
 def main() -> int:
     cfg = json.loads(sys.argv[-1])
     lifeline = int(cfg.get("lifeline_fd", -1))
@@ -310,9 +468,18 @@ def main() -> int:
         except (OSError, AttributeError):
             pass
         loopback_up()
+        dns = None
+        if cfg.get("resolver"):
+            dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            dns.bind(("127.0.0.1", 53))
+            dns.setblocking(False)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
         print(f"SANDBOX_ERROR {type(exc).__name__}: {exc}", flush=True)
         return 3
+    report_fd = int(cfg.get("report_fd", -1))
+    if report_fd >= 0:
+        os.set_blocking(report_fd, False)
+    dns_state = {"reported": 0}
     # From here on this process (host root in root mode) lives in the sandbox's tree, which the task
     # can write: it must never import or load anything again (no path-based imports, exit with _exit).
     sys.path[:] = []
@@ -334,13 +501,15 @@ def main() -> int:
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             return 124  # wall time of the whole sandbox spent: everything in it dies with us
-        fds = [wake_r] + ([lifeline] if lifeline >= 0 else [])
+        fds = [wake_r] + ([lifeline] if lifeline >= 0 else []) + ([dns] if dns is not None else [])
         try:
             ready, _, _ = select.select(fds, [], [], min(timeout, 5.0))
         except InterruptedError:
             ready = []
         if lifeline in ready and not os.read(lifeline, 64):
             return 0  # the process that started the sandbox is gone
+        if dns is not None and dns in ready:
+            answer_dns(dns, report_fd, dns_state)
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)

@@ -75,3 +75,30 @@ def processes_matching(pattern: str) -> list[int]:
     """Pids whose command line matches `pattern` (pgrep -f), this test process left out."""
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     return [int(p) for p in found if int(p) != os.getpid()]
+
+
+# ---------------------------------------------------------------- image root file systems built offline
+TEST_IMAGE_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "terminal-recipes" / "test-images"
+
+
+def debian_image(name: str, dockerfile: Path | None = None) -> Path:
+    """A Debian bookworm minbase root file system tarball (plus `dockerfile`'s steps) built by mmdebstrap
+    (sandbox.images.build_debian_image), cached under ~/.cache/terminal-recipes/test-images; skips the test where
+    mmdebstrap is missing or cannot reach a Debian mirror."""
+    import hashlib
+    import shutil
+
+    from sandbox.errors import EnvironmentBuildError
+    from sandbox.images import build_debian_image, dockerfile_hooks
+
+    key = hashlib.sha256("\n".join(dockerfile_hooks(dockerfile) if dockerfile else []).encode()).hexdigest()[:12]
+    tar = TEST_IMAGE_CACHE / f"{name}-{key}.tar"
+    if tar.exists():
+        return tar
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip("mmdebstrap is missing (make test installs it: apt-get install mmdebstrap)")
+    TEST_IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        return build_debian_image(tar, dockerfile)
+    except EnvironmentBuildError as err:
+        pytest.skip(f"mmdebstrap could not build a Debian image (a Debian mirror is needed): {str(err)[-500:]}")

@@ -14,7 +14,7 @@ HELLO = "tests/fixtures/harbor_tasks/hello-world"
 # every eval key a recipe config may hold: renaming one breaks configs
 RECIPE_KEYS = {"eval_suites", "eval_mode", "eval_slurm_script", "eval_agent", "eval_attempts", "eval_concurrency",
                "eval_env", "eval_temperature", "eval_max_tokens", "eval_context_size", "eval_max_turns", "eval_parser",
-               "eval_timeout_multiplier"}
+               "eval_timeout_multiplier", "eval_env_kwargs", "eval_infra_errors"}
 
 
 def test_cli_options_and_recipe_keys_come_from_eval_settings(tmp_path):
@@ -114,12 +114,14 @@ def test_checkpoint_evals_land_in_the_training_run_at_their_steps(tmp_path, mode
     assert sorted(row["train/global_step"] for row in rows) == [2, 4]
     assert all(row["eval/hello-world/mean_reward"] == 1.0 and row["eval/hello-world/n_trials"] == 1 for row in rows)
     assert all(row["eval/hello-world/pass_at_k/1"] == 1.0 for row in rows)
+    assert all(row["eval/hello-world/n_infra_errors"] == 0 and row["eval/hello-world/infra_errors/network"] == 0
+               for row in rows)
     tables = sorted(tmp_path.glob("wandb/offline-run-*/files/media/table/eval/hello-world/tasks_*.table.json"))
     assert len(tables) == 2  # the per-task table, one per checkpoint, among the run's files
     for path in tables:
         table = json.loads(path.read_text())
-        assert table["columns"] == ["task", "trial", "reward", "rounds", "exception"]
-        assert len(table["data"]) == 1 and table["data"][0][2] == 1.0
+        assert table["columns"] == ["task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind"]
+        assert len(table["data"]) == 1 and table["data"][0][2] == 1.0 and table["data"][0][5] == "scored"
 
 
 @pytest.mark.slow

@@ -3,8 +3,9 @@
 single-step/  (3 tasks x 3 attempts; Harbor 0.25 single-step trial layout)
   alpha  rewards 1, 0, 1                                         c = 2 of n = 3
   beta   0 (AgentTimeoutError), missing (VerifierTimeoutError, no verifier_result), 1     c = 1
-  gamma  no result.json + exception.txt (EnvironmentStartTimeoutError); no result.json but a stray
-         verifier/reward.txt = 1 (counts 0: Harbor never finished it); 0 (BadRequestError)  c = 0
+  gamma  no result.json + exception.txt (EnvironmentStartTimeoutError: an infrastructure failure, out of
+         the means by default); no result.json but a stray verifier/reward.txt = 1 (counts 0: Harbor never
+         finished it); 0 (BadRequestError)  c = 0
   notes/ a stray folder, not a trial
 
 multi-step/   (EvoCode-style, 3 tasks x 2 attempts; Harbor 0.25 steps/<step>/verifier/ layout)
@@ -54,7 +55,10 @@ def test_reads_single_step_trials():
     assert [(t["task"], t["attempt"]) for t in job.trials] == [
         (task, a) for task in ("alpha", "beta", "gamma") for a in (1, 2, 3)]
     assert by_trial["alpha__A2bbbbb"] == {"task": "alpha", "trial": "alpha__A2bbbbb", "attempt": 2, "reward": 0.0,
-                                          "rounds": [], "exception": None}
+                                          "rounds": [], "exception": None, "outcome": "scored", "infra_kind": None}
+    assert by_trial["beta__B1aaaaa"]["outcome"] == "agent_failure" and by_trial["beta__B1aaaaa"]["infra_kind"] is None
+    assert (by_trial["gamma__G1aaaaa"]["outcome"], by_trial["gamma__G1aaaaa"]["infra_kind"]) == (
+        "infra_failure", "environment_build")
     assert by_trial["beta__B1aaaaa"]["exception"] == "AgentTimeoutError" and by_trial["beta__B1aaaaa"]["reward"] == 0.0
     assert by_trial["beta__B2bbbbb"]["reward"] is None
     assert by_trial["beta__B2bbbbb"]["exception"] == "VerifierTimeoutError"
@@ -100,10 +104,28 @@ def test_sample_job_matches_harbor_own_mean():
 
 # ------------------------------------------------------------------ single-step metrics
 
+SINGLE_KEYS = {"mean_reward", "pass_at_k", "stderr", "n_trials", "n_scored", "n_infra_errors", "infra_errors",
+               "infra_errors_counted", "outcomes", "exceptions"}
+
+
 def test_single_step_metrics_by_hand():
     m = read_job(SINGLE).metrics()
-    assert set(m) == {"mean_reward", "pass_at_k", "stderr", "n_trials", "exceptions"}
-    assert m["n_trials"] == 9
+    assert set(m) == SINGLE_KEYS
+    # gamma G1 (EnvironmentStartTimeoutError) is an infrastructure failure: counted, not scored
+    assert (m["n_trials"], m["n_scored"], m["n_infra_errors"]) == (9, 8, 1)
+    assert m["infra_errors"] == {"environment_build": 1} and m["infra_errors_counted"] == "excluded"
+    assert m["outcomes"] == {"scored": 5, "agent_failure": 3, "infra_failure": 1}
+    # mean over the 8 scored trials, missing = 0: (1+0+1) + (0+0+1) + (0+0) = 3 -> 3/8
+    assert m["mean_reward"] == approx(3 / 8)
+    # per task: alpha c=2 of 3, beta c=1 of 3, gamma c=0 of 2 -> k up to 2
+    assert m["pass_at_k"] == {"1": approx(1 / 3), "2": approx(5 / 9)}
+    assert m["stderr"] == approx(math.sqrt(2 / 9) / 3)  # gamma's p = 0 adds nothing with n = 2 or 3
+
+
+def test_single_step_metrics_with_infra_errors_as_zero():
+    m = read_job(SINGLE).metrics(infra_errors="zero")
+    assert set(m) == SINGLE_KEYS
+    assert (m["n_trials"], m["n_scored"], m["n_infra_errors"], m["infra_errors_counted"]) == (9, 9, 1, "as 0")
     # mean over the 9 trials, missing = 0: (1+0+1) + (0+0+1) + (0+0+0) = 3 -> 3/9
     assert m["mean_reward"] == approx(3 / 9)
     # per task (n=3): alpha c=2, beta c=1, gamma c=0
@@ -153,8 +175,8 @@ def test_uneven_attempts_use_the_smallest_count_for_k():
 
 def test_multi_step_metrics_by_hand():
     m = read_job(MULTI).metrics()
-    assert set(m) == {"mean_reward", "pass_at_k", "stderr", "n_trials", "exceptions",
-                      "mt_at_k", "case_score", "rounds_reached"}
+    assert set(m) == SINGLE_KEYS | {"mt_at_k", "case_score", "rounds_reached"}
+    assert m["n_infra_errors"] == 0 and m["n_scored"] == 6
     # fail-stop round passes (a round counts only if every earlier round of the attempt passed):
     #   evo-a (N=3)  A1 1,0,1 -> T,F,F    A2 1,1,0 -> T,T,F         c_i = 2,1,0 of n=2
     #   evo-b (N=4)  A1 1,0   -> T,F,F,F  A2 0     -> F,F,F,F       c_i = 1,0,0,0
@@ -237,13 +259,18 @@ def test_score_cli_json():
     assert report["metrics"]["mt_at_k"]["2"] == approx((2 / 3 + 0.25 + 1) / 3)
     assert len(report["tasks"]) == 6 and {"task", "trial", "attempt", "reward", "rounds", "exception"} <= set(report["tasks"][0])
     single = score.score_job(SINGLE)
-    assert single["metrics"]["mean_reward"] == approx(1 / 3) and "mt_at_k" not in single["metrics"]
+    assert single["metrics"]["mean_reward"] == approx(3 / 8) and "mt_at_k" not in single["metrics"]
+    assert single["metrics"]["infra_errors"] == {"environment_build": 1}
+    proc = _run("eval.score", str(SINGLE), "--json", "--infra_errors", "zero")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["metrics"]["mean_reward"] == approx(1 / 3)
 
 
 def test_score_cli_table_help_and_errors(tmp_path, capsys):
     assert score.main([str(SINGLE)]) == 0
     out = capsys.readouterr().out
-    assert "mean_reward" in out and "pass@3" in out and "AgentTimeoutError" in out and "gamma" in out
+    assert "mean_reward" in out and "pass@2" in out and "AgentTimeoutError" in out and "gamma" in out
+    assert "environment_build: 1" in out and "EnvironmentStartTimeoutError (infra: environment_build)" in out
     assert "--json" in _run("eval.score", "--help").stdout
     assert score.main([str(tmp_path / "nope")]) == 2
     assert "no such directory" in capsys.readouterr().err
@@ -284,7 +311,7 @@ def test_compare_runs_table_and_plot(tmp_path, capsys):
     _eval_results(run_a / "checkpoint-20", 20, "builtin:terminal", _single(0.4))
     _eval_results(run_a / "checkpoint-20", 20, "builtin:evocode", _multi(0.3, 0.6), "eval_results_evocode.json")
     _eval_results(run_b / "checkpoint-10", 10, "builtin:terminal", _single(0.1))
-    _eval_results(run_b / "checkpoint-30", 30, "builtin:terminal", _single(0.5))
+    _eval_results(run_b / "checkpoint-30", 30, "builtin:terminal", {**_single(0.5), "n_infra_errors": 3})
     (run_b / "checkpoint-40").mkdir()  # a checkpoint not evaluated yet
     out = tmp_path / "plots" / "report.png"
 
@@ -300,6 +327,7 @@ def test_compare_runs_table_and_plot(tmp_path, capsys):
     assert rows[("sft-a", 20)]["builtin:evocode MT@2"] == approx(0.4)
     assert rows[("sft-a", 10)]["builtin:evocode case_score"] is None     # not evaluated on that suite
     assert rows[("sft-b", 30)]["builtin:terminal errors"] == 2
+    assert rows[("sft-b", 30)]["builtin:terminal n_infra_errors"] == 3  # counted next to the mean
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
 
     # terminal table

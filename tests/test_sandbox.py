@@ -806,3 +806,150 @@ def test_no_cgroup_is_left_after_a_stop_or_a_killed_run(monkeypatch):
     assert _cgroups_named(dead) == [] and _cgroups_named(name) == []
     bases = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox") if p.is_dir()]
     assert [b for b in bases if not any(c.is_dir() for c in b.iterdir())] == [], "an empty base cgroup is left"
+
+
+# ---------------------------------------------------------------- the names asked, user-mode networking, image roots
+@needs_namespaces
+def test_the_resolver_answers_no_name_and_records_who_asked():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    host_resolv = Path("/etc/resolv.conf").read_bytes() if Path("/etc/resolv.conf").exists() else None
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        r = sb.exec("getent hosts pypi.org; echo rc=$?; python3 -c 'import socket; socket.getaddrinfo(\"astral.sh\", 443)' "
+                    "2>&1 | tail -1; grep nameserver /etc/resolv.conf", timeout_sec=30)
+        assert r.stdout.splitlines()[0] == "rc=2" and "name resolution" in r.stdout, r  # refused at once
+        assert r.stdout.splitlines()[-1] == "nameserver 127.0.0.1"
+        assert sb.names_asked() == ["pypi.org", "astral.sh"]
+        assert {q["comm"] for q in sb.queries()} == {"getent", "python3"}
+        # a daemon an earlier command left behind asks later: recorded, but not as a running command's
+        sb.exec("(sleep 1; getent hosts leftover.example) >/dev/null 2>&1 &")
+        mark = sb.network_mark()
+        sb.exec("sleep 2; getent hosts verifier.example")
+        assert sb.names_asked(mark) == ["leftover.example", "verifier.example"]
+        assert sb.names_asked(mark, commands_only=True) == ["verifier.example"]
+        assert sb.names_asked(0, until=mark) == ["pypi.org", "astral.sh"]
+    assert (Path("/etc/resolv.conf").read_bytes() if Path("/etc/resolv.conf").exists() else None) == host_resolv
+
+
+@needs_namespaces
+def test_build_failures_are_named(tmp_path):
+    from sandbox import BlockingSandbox, EnvironmentBuildError, NetworkNeededError, SandboxConfig
+
+    def start(dockerfile: str):
+        (tmp_path / "Dockerfile").write_text(dockerfile)
+        with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, environment_dir=tmp_path)):
+            pass
+
+    with pytest.raises(NetworkNeededError, match="asked for deb.debian.org") as err:
+        start("FROM debian:bookworm\nRUN getent hosts _http._tcp.deb.debian.org || exit 100\n")
+    assert err.value.phase == "build" and err.value.names == ("deb.debian.org",)
+    with pytest.raises(EnvironmentBuildError, match="exit 7") as err:
+        start("FROM debian:bookworm\nRUN exit 7\n")
+    assert not isinstance(err.value, NetworkNeededError)
+    with pytest.raises(EnvironmentBuildError, match="not in the build context"):
+        start("FROM debian:bookworm\nCOPY missing.txt /app/\n")
+
+
+def _host_address() -> str | None:
+    """A non-loopback IPv4 address of this host (the source address of a route out), or None."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))  # no packet is sent
+        address = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if address.startswith("127.") else address
+
+
+@needs_namespaces
+@pytest.mark.parametrize("tool", ["pasta", "slirp4netns"])
+def test_user_mode_network_never_reaches_the_hosts_loopback(tool):
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is missing (make test installs it: apt-get install {'passt' if tool == 'pasta' else tool})")
+    address = _host_address()
+    loopback = socket.socket()
+    loopback.bind(("127.0.0.1", 0))
+    loopback.listen(8)
+    loopback.setblocking(False)
+    lport = loopback.getsockname()[1]
+    outside = None
+    if address:
+        outside = socket.socket()
+        outside.bind((address, 0))
+        outside.listen(8)
+    config = SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32, network=tool, name=f"net-{tool}-{os.getpid()}")
+    try:
+        with BlockingSandbox(config) as sb:
+            targets = ["127.0.0.1", "10.0.2.2"] + ([address] if address else [])
+            probe = "; ".join(f"timeout 5 bash -c 'echo > /dev/tcp/{h}/{lport}' 2>/dev/null && echo reached {h}"
+                              for h in targets)
+            r = sb.exec(f"grep nameserver /etc/resolv.conf; ip -4 route 2>/dev/null | head -1; {probe}; true",
+                        timeout_sec=60)
+            assert "nameserver 10.0.2.3" in r.stdout, r
+            with pytest.raises(BlockingIOError):
+                loopback.accept()  # nothing of the sandbox reached the host's loopback
+            if outside is not None:  # a service on the host's network address is reachable, like any on the network
+                oport = outside.getsockname()[1]
+                r = sb.exec(f"timeout 5 bash -c 'echo hi > /dev/tcp/{address}/{oport}' && echo sent", timeout_sec=30)
+                assert r.stdout.strip() == "sent", r
+                outside.settimeout(5)
+                conn, _ = outside.accept()
+                conn.close()
+            assert sb.names_asked() == []  # with a network there is no recording resolver
+            helper = sb.sandbox._net_proc.pid
+        assert not Path(f"/proc/{helper}").exists() or Path(f"/proc/{helper}/stat").read_text().split(") ")[1][0] == "Z"
+    finally:
+        loopback.close()
+        if outside is not None:
+            outside.close()
+
+
+@pytest.fixture(scope="module")
+def debian_rootfs_tar():
+    from conftest import debian_image
+
+    return debian_image("minbase")
+
+
+@pytest.mark.slow  # the first run builds a Debian image with mmdebstrap (about a minute)
+@needs_namespaces
+def test_an_image_root_file_system_replaces_the_hosts_userland(tmp_path, debian_rootfs_tar):
+    from sandbox import BlockingSandbox, SandboxConfig
+    from sandbox.images import ImageStore
+
+    if shutil.which("umoci") is None or shutil.which("skopeo") is None:
+        pytest.skip("umoci and skopeo are needed for OCI images (make test installs them)")
+    # the same root file system as a tarball, an OCI layout (with an image config) and a docker-archive
+    layout = tmp_path / "oci"
+    for argv in (["umoci", "init", "--layout", str(layout)], ["umoci", "new", "--image", f"{layout}:task"],
+                 ["umoci", "raw", "add-layer", "--image", f"{layout}:task", str(debian_rootfs_tar)],
+                 ["umoci", "config", "--image", f"{layout}:task", "--config.env", "TASK_VAR=from-image",
+                  "--config.workingdir", "/srv/work"],
+                 ["skopeo", "copy", "-q", f"oci:{layout}:task", f"docker-archive:{tmp_path / 'saved.tar'}:x/task:1"]):
+        subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    store = ImageStore({"registry.invalid/x/tar:1": str(debian_rootfs_tar), "x/oci:1": str(layout),
+                        "docker.io/x/saved:1": str(tmp_path / "saved.tar")}, cache_dir=tmp_path / "cache")
+    assert store.has("registry.invalid/x/tar:1") and store.has("x/saved:1") and not store.has("ubuntu")
+    for ref, env, workdir in (("registry.invalid/x/tar:1", {}, None),
+                              ("x/oci:1", {"TASK_VAR": "from-image"}, "/srv/work"),
+                              ("x/saved:1", {"TASK_VAR": "from-image"}, "/srv/work")):
+        image = store.root(ref)
+        assert {k: v for k, v in image.env.items() if k != "PATH"} == env and image.workdir == workdir
+        config = SandboxConfig(memory_mb=256, storage_mb=128, max_processes=32, rootfs=image.rootfs, env=image.env,
+                               workdir=image.workdir)
+        with BlockingSandbox(config) as sb:
+            r = sb.exec("pwd; echo ${TASK_VAR:-none}; . /etc/os-release; echo $ID $VERSION_ID; "
+                        "command -v python3 || echo no-python3; echo x > /usr/bin/planted && echo wrote")
+            lines = r.stdout.splitlines()
+            assert lines[:4] == [workdir or "/app", env.get("TASK_VAR", "none"), "debian 12", "no-python3"], r
+            assert lines[-1] == "wrote"  # into the sandbox's overlay ...
+            sb.upload_file(REPO / "README.md", "/tmp/readme")
+            assert sb.exec("head -c 16 /tmp/readme").stdout == (REPO / "README.md").read_text()[:16]
+            sb.download_dir("/etc/apt", tmp_path / f"apt-{ref.replace('/', '_')}")
+        assert not (image.rootfs / "usr" / "bin" / "planted").exists()  # ... never into the unpacked image
+    # unpacked once, then shared
+    assert store.root("registry.invalid/x/tar:1").rootfs == store.root("registry.invalid/x/tar:1").rootfs

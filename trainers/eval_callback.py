@@ -33,7 +33,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from eval import settings as eval_settings
-from eval.results import results_file, suite_slug
+from eval.results import results_file, suite_slug, summary_line
 
 EVAL_MODES = ("inline", "subprocess", "slurm")
 REPO = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ class EvalOnSaveCallback(TrainerCallback):
                         ["sbatch", "--parsable", self.eval_args.eval_slurm_script],
                         cwd=REPO, capture_output=True, text=True, check=True,
                         env=dict(os.environ, CHECKPOINT=str(checkpoint), RESULTS_FILE=results_path.name,
-                                 EVAL_ARGS=" ".join(self.eval_args.cli_args(suite))))
+                                 EVAL_ARGS=shlex.join(self.eval_args.cli_args(suite))))
                     self.pending.append(PendingEval(step, suite, results_path, time.time(),
                                                     job_id=job.stdout.strip()))
             except Exception as err:  # a failed eval is reported, never fatal to training
@@ -209,10 +209,7 @@ class EvalOnSaveCallback(TrainerCallback):
 
     def _log(self, results: dict):
         self.completed.append(results)
-        metrics = results["metrics"]
-        print(f"eval: step {results['global_step']} {results['suite']} ({results['agent']}): mean_reward "
-              f"{metrics.get('mean_reward')}, pass@k {metrics.get('pass_at_k')}, exceptions "
-              f"{metrics.get('exceptions') or {}}; job {results['harbor_job_dir']}")
+        print(summary_line(results))
         import wandb
 
         if wandb.run is not None:
