@@ -7,6 +7,7 @@ per source in `SourceStats`, which the run summary prints and logs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 
@@ -43,6 +44,17 @@ class CorpusArguments:
         "trainers/decontaminate.py. SFT only.")})
     decontaminate_ngram: int = field(default=13, metadata={
         "help": "n-gram size, in lowercase words, of the decontamination check (13: the Terminal-Universe check)."})
+    corpus_cache: bool = field(default=True, metadata={
+        "help": "Keep the prepared corpus (tokenized, masked, truncated records and their counts) on disk, keyed by "
+                "what determines it (trainers/corpus_cache.py), so later runs and every other rank load it instead "
+                "of preparing it again. false: prepare in memory on every process."})
+    corpus_cache_dir: str | None = field(default=None, metadata={
+        "help": "Folder of the prepared corpora (default $TERMINAL_RECIPES_CORPUS_CACHE, else "
+                "$TERMINAL_RECIPES_CACHE/corpus, ~/.cache/terminal-recipes/corpus). On several nodes, a folder they all see, or node-local disk "
+                "(each node's main process then prepares once)."})
+    corpus_prepare_timeout: int = field(default=10800, metadata={
+        "help": "Seconds the other processes wait for the main process to prepare the corpus (a cold cache). "
+                "`python -m trainers.data prepare --config X.yaml` prepares it before the run instead."})
 
     def __post_init__(self):
         if self.truncation not in TRUNCATION_POLICIES:
@@ -58,6 +70,10 @@ class CorpusArguments:
             self.decontaminate_against = [self.decontaminate_against]
         self.decontaminate_against = [suite.strip() for entry in self.decontaminate_against or []
                                       for suite in str(entry).split(",") if suite.strip()]
+        if isinstance(self.corpus_prepare_timeout, bool) or not isinstance(self.corpus_prepare_timeout, int) \
+                or self.corpus_prepare_timeout < 1:
+            raise ValueError(f"corpus_prepare_timeout: {self.corpus_prepare_timeout!r} must be a whole number of "
+                             "seconds, at least 1 (default 10800)")
         if isinstance(self.decontaminate_ngram, bool) or not isinstance(self.decontaminate_ngram, int) \
                 or self.decontaminate_ngram < 1:
             raise ValueError(f"decontaminate_ngram: {self.decontaminate_ngram!r} must be a whole number of words, "
@@ -123,13 +139,27 @@ def _tokenize_batch(batch, tokenizer, template, max_length, policy):
     return out
 
 
+@contextlib.contextmanager
+def progress_bars(show: bool):
+    """datasets' progress bars off inside the block unless `show` (they are on by default)."""
+    from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
+
+    hide = not show and is_progress_bar_enabled()
+    if hide:
+        disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            enable_progress_bar()
+
+
 def tokenize_records(records: list[dict], tokenizer, template: str, max_length: int | None, policy: str,
                      num_proc: int | None = None, show_progress: bool = True, fingerprint: str | None = None):
     """Every record tokenized in order, by `num_proc` processes (datasets' `map`, with its progress bar); a
     Dataset with input_ids, assistant_masks and per record: error ("" when kept), truncated, trained_tokens_cut,
     n_tokens, n_trained. Records travel as JSON strings: their nested, mixed-type messages have no Arrow schema."""
     import datasets
-    from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
 
     features = datasets.Features({
         "input_ids": datasets.Sequence(datasets.Value(TOKENIZED_FEATURES["input_ids"])),
@@ -140,18 +170,12 @@ def tokenize_records(records: list[dict], tokenizer, template: str, max_length: 
     if not records:
         return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
     table = datasets.Dataset.from_dict({"record": [json.dumps(record) for record in records]})
-    bars = is_progress_bar_enabled()
-    if not show_progress:
-        disable_progress_bar()
-    try:
+    with progress_bars(show_progress):
         return table.map(_tokenize_batch, batched=True, batch_size=16, remove_columns=["record"], features=features,
                          fn_kwargs={"tokenizer": tokenizer, "template": template, "max_length": max_length,
                                     "policy": policy},
                          num_proc=num_proc if num_proc and num_proc > 1 and len(records) > 1 else None,
                          desc=f"tokenizing {len(records)} records", new_fingerprint=fingerprint)
-    finally:
-        if bars and not show_progress:
-            enable_progress_bar()
 
 
 def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, show_progress: bool = True,
