@@ -20,12 +20,13 @@ from trl import ModelConfig, SFTConfig, get_peft_config
 from common.checkpoints import last_complete_checkpoint
 from trainers.corpus_cache import corpus_cache_report, prepare_main_first
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
+from trainers.kernels import check_kernels
 from trainers.recipe_config import DEFAULT_SFT_CONFIG, exit_on_user_error, parse_config
 from trainers.sft_corpus import CorpusArguments
 from trainers.summary import build_sft_summary, print_sft_summary, write_summary
 from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
-import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
+import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
 
 
 @exit_on_user_error
@@ -36,6 +37,8 @@ def main():
 
     with state.main_process_first():  # the main process builds the tiny model (if asked for) before the others
         model_path = resolve_model(model_args.model_name_or_path)
+    # attention for the device; packing on linear-attention layers and Liger refused where they would go wrong
+    check_kernels(model_path, model_args.model_revision, training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     # the main process prepares the corpus (or finds it in the cache) while the others wait, then they load it
     preparing = time.monotonic()
