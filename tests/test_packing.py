@@ -192,7 +192,7 @@ def test_packing_hybrid_linear_attention(sequences, tokenizer, monkeypatch):
     start: positions restarting (the full-attention layers' masks) are not enough. transformers' CPU fallback
     refuses the boundaries; kernels that take them give the records' own loss."""
     from common.errors import ConfigError
-    from trainers.kernels import check_packing
+    from trainers.kernels import boundary_kernels, check_packing
 
     model = tiny_hybrid(tokenizer)
     _, batch = packed_batch(sequences, tokenizer, max_length=sum(len(s["input_ids"]) for s in sequences))
@@ -203,12 +203,13 @@ def test_packing_hybrid_linear_attention(sequences, tokenizer, monkeypatch):
         positions_only = {key: batch[key] for key in ("input_ids", "labels", "position_ids")}
         leaked = model(**positions_only, use_cache=False).loss.item()
         assert abs(leaked - one_by_one) > 1e-3
-        with pytest.raises(ValueError, match="can't keep packed sequences apart"):  # the PyTorch fallback refuses
-            model(**batch, use_cache=False)
-    with pytest.raises(ConfigError, match=r"^packing: qwen3_5_text has 2 of 4 layers of linear attention.*"
-                                          r"causal-conv1d and flash-linear-attention are not installed.*"
-                                          r"set `packing: false`"):
-        check_packing(model.config, packing=True)
+    if not all(boundary_kernels(model.config).values()):  # a CPU machine: the kernels need CUDA
+        with torch.no_grad(), pytest.raises(ValueError, match="can't keep packed sequences apart"):
+            model(**batch, use_cache=False)  # transformers' PyTorch fallback refuses the boundaries
+        with pytest.raises(ConfigError, match=r"^packing: qwen3_5_text has 2 of 4 layers of linear attention.*"
+                                              r"causal-conv1d and flash-linear-attention are not installed.*"
+                                              r"set `packing: false`"):
+            check_packing(model.config, packing=True)
     check_packing(model.config, packing=False)
 
     seen = boundary_kernels_standing_in(monkeypatch)
@@ -231,3 +232,21 @@ def test_recipe_refuses_packing_on_a_hybrid_model_before_preparing_the_corpus(to
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.strip().splitlines()[-1].startswith("error: packing: qwen3_5_text has 2 of 4 layers")
     assert "corpus cache" not in refused.stdout  # refused before any record was read
+
+
+def test_the_27b_config_packs_only_where_the_linear_attention_kernels_are_installed():
+    """configs/sft/qwen3.5-27b-terminal-universe.yaml packs Qwen3.5-27B (48 of its 64 layers Gated DeltaNet): the
+    recipe's check refuses it unless flash-linear-attention and causal-conv1d are both installed."""
+    import yaml
+    from transformers import Qwen3_5TextConfig
+
+    from common.errors import ConfigError
+    from conftest import REPO
+    from trainers.kernels import check_packing
+
+    config = yaml.safe_load((REPO / "configs/sft/qwen3.5-27b-terminal-universe.yaml").read_text())
+    assert config["packing"] is True and config["attn_implementation"] == "varlen"
+    shape = Qwen3_5TextConfig(num_hidden_layers=64, full_attention_interval=4)  # the 27B's layer pattern
+    with pytest.raises(ConfigError, match="has 48 of 64 layers of linear attention"):
+        check_packing(shape, config["packing"], kernels={"fla": False, "causal_conv1d": True})
+    check_packing(shape, config["packing"], kernels={"fla": True, "causal_conv1d": True})
