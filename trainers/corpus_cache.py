@@ -209,12 +209,12 @@ def prepare_corpus(args: CorpusArguments, tokenizer, max_length: int | None, num
 def prepare_main_first(args: CorpusArguments, tokenizer, max_length: int | None, num_proc: int | None = None,
                        state=None) -> PreparedCorpus:
     """`prepare_corpus` on the global main process first, then each node's main process, then the others (see the
-    module docstring); one process alone just prepares."""
+    module docstring); one process alone, or every process with `corpus_cache: false`, just prepares."""
     from accelerate import PartialState
 
     state = state or PartialState()
-    if state.num_processes == 1:
-        return prepare_corpus(args, tokenizer, max_length, num_proc, show_progress=True)
+    if state.num_processes == 1 or not args.corpus_cache:  # no cache to share: every process prepares its own
+        return prepare_corpus(args, tokenizer, max_length, num_proc, show_progress=state.is_local_main_process)
     import torch.distributed as dist
 
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.corpus_prepare_timeout))
