@@ -47,6 +47,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/sft_throughput.py
+	$(PY) bench/corpus_prepare.py
 	$(PY) bench/grpo_reward_overhead.py
 	$(PY) bench/reward_server.py
 	$(PY) bench/eval_throughput.py

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The SFT benchmark on a GPU machine with no network (the README's H200 figures): installs the carried wheels
 # (.whl: trl, transformers, datasets, dill, multiprocess, fsspec), then runs bench/sft_throughput.py on a model of
-# Qwen3-0.6B's shape with random weights (no checkpoint can be downloaded there). Results under $OUT.
+# Qwen3-0.6B's shape (or SHAPE's) with random weights (no checkpoint can be downloaded there). Results under $OUT.
 set -uo pipefail
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
@@ -11,8 +11,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 python3 -c "import torch, transformers, trl, datasets, pyarrow; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)" \
     | tee -a "$OUT/gpu.txt" || exit 1
-python3 bench/sft_throughput.py --random_model qwen3-0.6b --records "${RECORDS:-48}" --max_length 16384 --batch_size 2 \
-    --gradient_checkpointing --out "$OUT/sft_throughput_h200.json" > "$OUT/sft_gpu.log" 2>&1
+# SHAPE=qwen3-1.7b|qwen3-4b MAX_LENGTH=32768 for the issue's shapes; EXTRA=--use_liger_kernel where liger-kernel is carried
+python3 bench/sft_throughput.py --random_model "${SHAPE:-qwen3-0.6b}" --records "${RECORDS:-48}" \
+    --max_length "${MAX_LENGTH:-16384}" --batch_size 2 --gradient_checkpointing ${EXTRA:-} \
+    --out "$OUT/sft_throughput_h200.json" > "$OUT/sft_gpu.log" 2>&1
 status=$?
 grep -v -i warn "$OUT/sft_gpu.log" | tail -30
 exit $status

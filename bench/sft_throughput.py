@@ -11,7 +11,11 @@ max_length and optimizer settings, and both train on assistant tokens only:
 - baseline: TRL's defaults (no packing, pad to the longest record of the batch, keep_start truncation and
   silent dropping of records left without trained tokens), with `assistant_only_loss=True`.
 Reported: trained (non-padding) tokens per second, the fraction of computed positions that are padding, and
-records silently dropped. Writes bench/results/sft_throughput.json.
+records silently dropped; on a GPU, peak memory and MFU by trainers/flops.py's formula (6 x matmul weights x
+tokens, plus each record's own causal attention, against --peak_tflops), and the dense-only MFU (6 x weights x
+tokens) beside it. Ours runs `attn_implementation: varlen` (flash-attn's kernels where installed, else PyTorch's
+varlen attention on CUDA, one SDPA call per record on CPU); `--use_liger_kernel` adds Liger to ours only.
+Writes bench/results/sft_throughput.json.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ RANDOM_MODELS = {  # Qwen3 shapes (config.json of the released checkpoints), any
                        num_key_value_heads=8, head_dim=128),
     "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                        num_key_value_heads=8, head_dim=128),
+    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128),
 }
 
 
@@ -50,15 +56,11 @@ def build_random_model(shape: str, tokenizer_dir: str, out: Path) -> str:
     return str(out)
 
 
-def dense_flops_per_token(model_path: str) -> float:
-    """6 x parameters (forward and backward of the dense layers); attention's L^2 term is left out."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(model_path)
-    d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
-    heads, kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    per_layer = d * head_dim * (heads + 2 * kv) + heads * head_dim * d + 3 * d * ffn
-    return 6.0 * (layers * per_layer + config.vocab_size * d)
+def record_lengths(dataset) -> list[int]:
+    """Token count of every record a trainer's dataset holds (a packed row's records one by one)."""
+    if "seq_lengths" in dataset.column_names:
+        return [int(n) for row in dataset["seq_lengths"] for n in row]
+    return [len(ids) for ids in dataset["input_ids"]]
 
 
 def _chars(messages) -> int:
@@ -146,19 +148,22 @@ def main() -> None:
                         help="accelerator's dense bf16 peak for MFU (H100/H200 SXM datasheet: 989)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gradient_checkpointing", action="store_true", help="for every run (memory on GPUs)")
+    parser.add_argument("--use_liger_kernel", action="store_true", help="ours with Liger's kernels (GPU, liger-kernel)")
     parser.add_argument("--out", default=str(REPO / "bench/results/sft_throughput.json"))
     args = parser.parse_args()
 
     import torch
     from datasets.utils.logging import disable_progress_bar
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
     from trl import SFTConfig
 
+    from trainers.flops import flops_model
+    from trainers.kernels import check_liger, select_attention
     from trainers.sft_corpus import CorpusArguments, build_sft_corpus
     from trainers.sources import Source, load_source
     from trainers.tiny_model import resolve_model
     from trainers.token_accounting import CountingSFTTrainer
-    import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
+    import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen")
 
     disable_progress_bar()
     tmp = Path(tempfile.mkdtemp(prefix="sft-bench-"))
@@ -166,7 +171,8 @@ def main() -> None:
     if args.random_model:
         model_path = build_random_model(args.random_model, model_path, tmp / "model")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    flops_per_token = dense_flops_per_token(model_path)
+    flops = flops_model(AutoConfig.from_pretrained(model_path))
+    check_liger(AutoConfig.from_pretrained(model_path), args.use_liger_kernel, torch.cuda.is_available())
     pivots, chats = build_corpus(args.records, args.seed)
     for name, rows in (("pivot.jsonl", pivots), ("chat.jsonl", chats)):
         (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -182,12 +188,7 @@ def main() -> None:
     corpus_args = CorpusArguments(datasets=[str(tmp / "pivot.jsonl"), str(tmp / "chat.jsonl")], truncation="turns")
     records = [r for path in ("pivot.jsonl", "chat.jsonl")
                for r in load_source(Source(str(tmp / path)), "metadata.source_trajectory_uid").records]
-    try:
-        import flash_attn  # noqa: F401
-
-        ours_attention = "flash_attention_2" if torch.cuda.is_available() else "varlen_sdpa"
-    except ImportError:  # varlen_sdpa runs each packed record as its own causal SDPA call, on CPU or GPU
-        ours_attention = "varlen_sdpa"
+    ours_attention = select_attention("varlen")  # flash_attention_2 where flash-attn is installed on CUDA
 
     def baseline(name, **config):
         dataset = trl_dataset(records)
@@ -200,7 +201,7 @@ def main() -> None:
         trainer = CountingSFTTrainer(model=model_path, train_dataset=corpus.train, processing_class=tokenizer,
                                      args=SFTConfig(output_dir=str(tmp / "ours"), packing=True, packing_strategy="bfd",
                                                     model_init_kwargs={"attn_implementation": ours_attention},
-                                                    **common))
+                                                    use_liger_kernel=args.use_liger_kernel, **common))
         trainer.corpus = corpus
         return trainer
 
@@ -214,8 +215,11 @@ def main() -> None:
         prep_seconds = time.perf_counter() - prep
         result = train_once(name, trainer)
         result["prep_seconds"] = round(prep_seconds, 2)
-        result["dense_tflops_per_second"] = round(flops_per_token * result["real_tokens"] / result["seconds"] / 1e12, 2)
+        lengths = record_lengths(trainer.train_dataset)
+        result["model_tflops_per_second"] = round(flops.records(lengths) / result["seconds"] / 1e12, 3)
+        result["dense_tflops_per_second"] = round(flops.dense(result["real_tokens"]) / result["seconds"] / 1e12, 3)
         if torch.cuda.is_available():
+            result["mfu"] = round(result["model_tflops_per_second"] / args.peak_tflops, 4)
             result["dense_mfu"] = round(result["dense_tflops_per_second"] / args.peak_tflops, 4)
             result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             torch.cuda.reset_peak_memory_stats()
@@ -235,7 +239,9 @@ def main() -> None:
                    "pivot_answer_chars_mean": round(sum(answer_chars) / len(answer_chars)),
                    "trajectory_chars_median": sorted(chat_chars)[len(chat_chars) // 2],
                    "trajectory_chars_max": max(chat_chars)},
-        "max_length": args.max_length, "batch_size": args.batch_size,
+        "max_length": args.max_length, "batch_size": args.batch_size, "ours_attention": ours_attention,
+        "flops_formula": "trainers/flops.py: 6*P*L + 12*A*H*d*L^2/2 (+ linear-attention recurrences) per record",
+        "flops_model": flops.__dict__,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "model": args.random_model or args.model_name_or_path, "versions": {
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
@@ -250,7 +256,9 @@ def main() -> None:
     for r in results:
         print(f"{r['name']:58s} {r['trained_tokens_per_second']:>8,.0f} trained tok/s  padding "
               f"{r['padding_fraction']:.1%}  trained {r['trained_tokens']:,} in {r['seconds']} s  "
-              f"dropped {r.get('dropped_records', 'n/a')}")
+              f"dropped {r.get('dropped_records', 'n/a')}  model {r['model_tflops_per_second']} TFLOP/s"
+              + (f"  MFU {r['mfu']:.1%} (dense-only {r['dense_mfu']:.1%})  peak {r['peak_memory_gib']} GiB"
+                 if "mfu" in r else ""))
 
 
 if __name__ == "__main__":

@@ -9,34 +9,41 @@ complete checkpoint in output_dir; every checkpoint is evaluated on `eval_suites
 """
 
 import time
-from pathlib import Path
+
+RECIPE_STARTED = time.time()  # before the heavy imports below: seconds_to_first_step counts them
+
 
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
+from trainers.corpus_cache import corpus_cache_report, prepare_main_first
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
-from trainers.recipe_config import exit_on_user_error, parse_config
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+from trainers.kernels import check_kernels
+from trainers.recipe_config import DEFAULT_SFT_CONFIG, exit_on_user_error, parse_config
+from trainers.sft_corpus import CorpusArguments
 from trainers.summary import build_sft_summary, print_sft_summary, write_summary
 from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
-import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen_sdpa")
-
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny.yaml"
+import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
 
 
 @exit_on_user_error
 def main():
     corpus_args, training_args, model_args, eval_args = parse_config(
-        (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
+        (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_SFT_CONFIG)
     state = PartialState()
 
     with state.main_process_first():  # the main process builds the tiny model (if asked for) before the others
         model_path = resolve_model(model_args.model_name_or_path)
+    # attention for the device; packing on linear-attention layers and Liger refused where they would go wrong
+    check_kernels(model_path, model_args.model_revision, training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    corpus = build_sft_corpus(corpus_args, tokenizer, training_args.max_length, show_progress=state.is_main_process)
+    # the main process prepares the corpus (or finds it in the cache) while the others wait, then they load it
+    preparing = time.monotonic()
+    prepared = prepare_main_first(corpus_args, tokenizer, training_args.max_length, training_args.dataset_num_proc, state)
+    corpus, corpus_cache = prepared.corpus, corpus_cache_report(prepared, preparing)
 
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        "attn_implementation": model_args.attn_implementation,
@@ -50,7 +57,9 @@ def main():
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
 
-    summary = build_sft_summary(trainer, corpus, trainer.token_counts.totals(trainer.accelerator), time.monotonic() - started, resume)
+    first_step = trainer.token_counts.first_step_at  # None when a resumed run had no step left
+    summary = build_sft_summary(trainer, corpus, trainer.token_counts.totals(trainer.accelerator), time.monotonic() - started, resume,
+                                corpus_cache, first_step - RECIPE_STARTED if first_step else None)
     if trainer.is_world_process_zero():
         print_sft_summary(summary)
         write_summary(summary)

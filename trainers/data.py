@@ -3,6 +3,7 @@
     python -m trainers.data inspect PATH... [--strict] [--json] [--max_length N] [--model_name_or_path M]
     python -m trainers.data render PATH --index I [--json] [--model_name_or_path M]
     python -m trainers.data decontaminate CORPUS... --against SUITE... [--n 13] [--json]
+    python -m trainers.data prepare [--config configs/sft/X.yaml] [--num_proc N] [--json] [--key value ...]
 
 `inspect` validates every record (each problem as `file:line: reason`), and with the model's tokenizer shows
 token lengths, what `--max_length` would truncate or drop under `--truncation`, and how well BFD packing and
@@ -15,6 +16,10 @@ a folder of Harbor tasks, or one task folder): contaminated when the n-gram is s
 overlap (not contamination) when it is shared by 2+ tasks of the suite or, for a generated task, by 2+ reference
 instances of its family (trainers/decontaminate.py). It exits 0
 whatever it finds: it is a report; the SFT config key `decontaminate_against` drops what it calls contaminated.
+`prepare` reads a recipe config as `recipes/sft.py` does (its data keys, `max_length`, the model's tokenizer;
+`--key value` overrides) and prepares the corpus into the cache the run will find (trainers/corpus_cache.py):
+tokenized by `--num_proc` processes (default: the config's `dataset_num_proc`), on any CPU machine, before a
+cluster run, so that no rank of the run waits for it. A second `prepare`, or the run, is a cache hit.
 """
 
 from __future__ import annotations
@@ -47,12 +52,13 @@ def tokenize_prompt(tokenizer, record: dict) -> tuple[list[int], list[int]]:
     return list(input_ids), [0] * len(input_ids)
 
 
-def _load_tokenizer(name: str):
+def _load_tokenizer(name: str, revision: str | None = None):
+    """The tokenizer as recipes/sft.py loads it, and its training chat template."""
     from transformers import AutoTokenizer
 
     from trainers.tiny_model import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), revision=revision)
     return tokenizer, training_chat_template(tokenizer)
 
 
@@ -215,7 +221,58 @@ def decontaminate_command(args) -> int:
     return 0  # a report: contamination found is not a failure of the command
 
 
+def prepare_command(argv: list[str]) -> int:
+    """`prepare`: the recipe's config parsed by the recipe's parser, on CPU (a GPU config's bf16 and devices do
+    not apply: the key has none of them), then the corpus prepared into its cache entry."""
+    from trl import ModelConfig, SFTConfig
+
+    from common.errors import UserError
+    from trainers.corpus_cache import prepare_corpus
+    from trainers.eval_callback import EvalArguments
+    from trainers.recipe_config import DEFAULT_SFT_CONFIG, parse_config
+    from trainers.sft_corpus import CorpusArguments
+
+    parser = argparse.ArgumentParser(prog="python -m trainers.data prepare", description=(
+        "Prepare an SFT config's corpus into the cache its run loads. Other --key value pairs override the "
+        "config, as on the recipe's command line."))
+    parser.add_argument("--config", default=str(DEFAULT_SFT_CONFIG), help="recipe config (default: the embedded one)")
+    parser.add_argument("--num_proc", type=int, default=None, help="processes that tokenize (default: dataset_num_proc)")
+    parser.add_argument("--json", action="store_true", help="print the entry's meta.json summary as JSON")
+    args, overrides = parser.parse_known_args(argv)
+    try:
+        corpus_args, training_args, model_args, _ = parse_config(
+            (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_SFT_CONFIG,
+            ["--config", args.config, *overrides, "--use_cpu", "true", "--bf16", "false", "--fp16", "false",
+             "--report_to", "none"])
+        tokenizer, _ = _load_tokenizer(model_args.model_name_or_path, model_args.model_revision)
+        prepared = prepare_corpus(corpus_args, tokenizer, training_args.max_length,
+                                  args.num_proc or training_args.dataset_num_proc)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    corpus = prepared.corpus
+    report = {"corpus_cache": prepared.cache, "path": prepared.path, "key": prepared.key,
+              "seconds": round(prepared.seconds, 3), "changed": prepared.changed, "train_records": len(corpus.train),
+              "eval_records": len(corpus.eval) if corpus.eval is not None else 0,
+              "tokens": sum(stat.tokens for stat in corpus.stats),
+              "trained_tokens": sum(stat.trained_tokens for stat in corpus.stats),
+              "truncated": sum(stat.truncated for stat in corpus.stats), "dropped": len(corpus.drops),
+              "invalid_skipped": len(corpus.problems)}
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        print(prepared.describe())
+        print(f"  {report['train_records']} train / {report['eval_records']} eval records, {report['tokens']:,} tokens "
+              f"({report['trained_tokens']:,} trained); truncated {report['truncated']}, dropped {report['dropped']}, "
+              f"invalid skipped {report['invalid_skipped']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["prepare"]:  # its options are the recipe config's keys, which argparse cannot list up front
+        return prepare_command(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m trainers.data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -244,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--n", type=int, default=decontaminate.DEFAULT_N, help="n-gram size in words (default 13)")
     clean.add_argument("--format", default="auto", choices=FORMATS)
     clean.add_argument("--json", action="store_true", help="machine-readable output")
+    commands.add_parser("prepare", add_help=False, help="prepare an SFT config's corpus into the cache its run loads "
+                        "(python -m trainers.data prepare --help)")
     args = parser.parse_args(argv)
 
     if args.command == "decontaminate":

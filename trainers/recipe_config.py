@@ -10,6 +10,8 @@ import yaml
 
 from common.errors import ConfigError, UserError
 
+DEFAULT_SFT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny.yaml"  # the embedded default
+
 
 def parse_config(dataclass_types, default_config: Path, argv: list[str] | None = None):
     """`TrlParser.parse_args_and_config`, with `default_config` standing in when no --config is given."""

@@ -7,6 +7,8 @@ per source in `SourceStats`, which the run summary prints and logs.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, field
 
 from common.errors import CorpusError
@@ -42,6 +44,17 @@ class CorpusArguments:
         "trainers/decontaminate.py. SFT only.")})
     decontaminate_ngram: int = field(default=13, metadata={
         "help": "n-gram size, in lowercase words, of the decontamination check (13: the Terminal-Universe check)."})
+    corpus_cache: bool = field(default=True, metadata={
+        "help": "Keep the prepared corpus (tokenized, masked, truncated records and their counts) on disk, keyed by "
+                "what determines it (trainers/corpus_cache.py), so later runs and every other rank load it instead "
+                "of preparing it again. false: prepare in memory on every process."})
+    corpus_cache_dir: str | None = field(default=None, metadata={
+        "help": "Folder of the prepared corpora (default $TERMINAL_RECIPES_CORPUS_CACHE, else "
+                "$TERMINAL_RECIPES_CACHE/corpus, ~/.cache/terminal-recipes/corpus). On several nodes, a folder they all see, or node-local disk "
+                "(each node's main process then prepares once)."})
+    corpus_prepare_timeout: int = field(default=10800, metadata={
+        "help": "Seconds the other processes wait for the main process to prepare the corpus (a cold cache). "
+                "`python -m trainers.data prepare --config X.yaml` prepares it before the run instead."})
 
     def __post_init__(self):
         if self.truncation not in TRUNCATION_POLICIES:
@@ -57,6 +70,10 @@ class CorpusArguments:
             self.decontaminate_against = [self.decontaminate_against]
         self.decontaminate_against = [suite.strip() for entry in self.decontaminate_against or []
                                       for suite in str(entry).split(",") if suite.strip()]
+        if isinstance(self.corpus_prepare_timeout, bool) or not isinstance(self.corpus_prepare_timeout, int) \
+                or self.corpus_prepare_timeout < 1:
+            raise ValueError(f"corpus_prepare_timeout: {self.corpus_prepare_timeout!r} must be a whole number of "
+                             "seconds, at least 1 (default 10800)")
         if isinstance(self.decontaminate_ngram, bool) or not isinstance(self.decontaminate_ngram, int) \
                 or self.decontaminate_ngram < 1:
             raise ValueError(f"decontaminate_ngram: {self.decontaminate_ngram!r} must be a whole number of words, "
@@ -95,26 +112,77 @@ class SFTCorpus:
     decontaminated: list[str] = field(default_factory=list)  # "origin -> suite: task" of each record dropped
 
 
-def _tokenize(records, tokenizer, template, max_length, policy, stats: SourceStats, drops: list, progress):
-    rows = []
-    for record in progress(records):
+TOKENIZED_FEATURES = {"input_ids": "int32", "assistant_masks": "int8"}  # 5 bytes a token on disk and in memory
+
+
+def _tokenize_batch(batch, tokenizer, template, max_length, policy):
+    """datasets.map function: each record (a JSON string) tokenized, masked and fitted to max_length, or the reason
+    it was dropped."""
+    out = {key: [] for key in ("input_ids", "assistant_masks", "error", "truncated", "trained_tokens_cut",
+                               "n_tokens", "n_trained")}
+    for text in batch["record"]:
+        record = json.loads(text)
         try:
             input_ids, mask = tokenize_chat(tokenizer, template, record)
             fitted = fit_to_length(input_ids, mask, max_length, policy)
         except RecordError as err:
-            stats.dropped += 1
-            drops.append(f"{record['origin']}: {err}")
-            continue
-        stats.truncated += fitted.truncated
-        stats.trained_tokens_cut += fitted.trained_tokens_cut
-        rows.append({"input_ids": fitted.input_ids, "assistant_masks": fitted.assistant_masks})
-    return rows
+            fitted, error = None, f"{record['origin']}: {err}"
+        else:
+            error = ""
+        out["input_ids"].append(fitted.input_ids if fitted else [])
+        out["assistant_masks"].append(fitted.assistant_masks if fitted else [])
+        out["error"].append(error)
+        out["truncated"].append(bool(fitted and fitted.truncated))
+        out["trained_tokens_cut"].append(fitted.trained_tokens_cut if fitted else 0)
+        out["n_tokens"].append(len(fitted.input_ids) if fitted else 0)
+        out["n_trained"].append(sum(fitted.assistant_masks) if fitted else 0)
+    return out
 
 
-def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, show_progress: bool = True) -> SFTCorpus:
-    from datasets import Dataset
-    from tqdm.auto import tqdm
+@contextlib.contextmanager
+def progress_bars(show: bool):
+    """datasets' progress bars off inside the block unless `show` (they are on by default)."""
+    from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
 
+    hide = not show and is_progress_bar_enabled()
+    if hide:
+        disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            enable_progress_bar()
+
+
+def tokenize_records(records: list[dict], tokenizer, template: str, max_length: int | None, policy: str,
+                     num_proc: int | None = None, show_progress: bool = True, fingerprint: str | None = None):
+    """Every record tokenized in order, by `num_proc` processes (datasets' `map`, with its progress bar); a
+    Dataset with input_ids, assistant_masks and per record: error ("" when kept), truncated, trained_tokens_cut,
+    n_tokens, n_trained. Records travel as JSON strings: their nested, mixed-type messages have no Arrow schema."""
+    import datasets
+
+    features = datasets.Features({
+        "input_ids": datasets.Sequence(datasets.Value(TOKENIZED_FEATURES["input_ids"])),
+        "assistant_masks": datasets.Sequence(datasets.Value(TOKENIZED_FEATURES["assistant_masks"])),
+        "error": datasets.Value("string"), "truncated": datasets.Value("bool"),
+        "trained_tokens_cut": datasets.Value("int64"), "n_tokens": datasets.Value("int64"),
+        "n_trained": datasets.Value("int64")})
+    if not records:
+        return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
+    table = datasets.Dataset.from_dict({"record": [json.dumps(record) for record in records]})
+    with progress_bars(show_progress):
+        return table.map(_tokenize_batch, batched=True, batch_size=16, remove_columns=["record"], features=features,
+                         fn_kwargs={"tokenizer": tokenizer, "template": template, "max_length": max_length,
+                                    "policy": policy},
+                         num_proc=num_proc if num_proc and num_proc > 1 and len(records) > 1 else None,
+                         desc=f"tokenizing {len(records)} records", new_fingerprint=fingerprint)
+
+
+def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, show_progress: bool = True,
+                     num_proc: int | None = None, fingerprint: str | None = None) -> SFTCorpus:
+    """The corpus as configured: sources loaded and validated, decontaminated, subsampled, split by group, tokenized
+    (by `num_proc` processes: the SFT config's `dataset_num_proc`), mixed by weight, every drop counted.
+    trainers/corpus_cache.py keeps the result on disk between runs."""
     template = training_chat_template(tokenizer)
     checker = None
     if args.decontaminate_against:  # the suites first: a bad one fails before the corpus is read
@@ -123,7 +191,7 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
         except CorpusError as err:
             raise CorpusError(f"decontaminate_against: {err}") from None
     loaded = load_sources(parse_sources(args.datasets), args.split_key, args.skip_invalid)
-    stats, drops, train_parts, eval_rows, decontaminated = [], [], [], [], []
+    stats, decontaminated, jobs, parts = [], [], [], []  # parts: per source, (start, n train, n eval) in jobs
     for index, item in enumerate(loaded):
         source = item.source
         stat = SourceStats(source.path, rows=item.n_rows, invalid=len(item.problems), formats=item.formats,
@@ -137,37 +205,50 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
         records = subsample(clean, source.fraction, args.mixture_seed + index)
         stat.not_sampled = len(clean) - len(records)
         train, held_out = split_by_group(records, args.eval_fraction, args.mixture_seed)
-
-        def progress(rows, desc=f"tokenizing {source.path}"):
-            return tqdm(rows, desc=desc, disable=not show_progress, leave=False)
-
-        train_parts.append(_tokenize(train, tokenizer, template, max_length, args.truncation, stat, drops, progress))
-        tokenized_eval = _tokenize(held_out, tokenizer, template, max_length, args.truncation, stat, drops, progress)
-        stat.eval_records = len(tokenized_eval)
-        eval_rows += tokenized_eval
+        parts.append((len(jobs), len(train), len(held_out)))
+        jobs += train + held_out
         stats.append(stat)
+
+    tokenized = tokenize_records(jobs, tokenizer, template, max_length, args.truncation, num_proc, show_progress,
+                                 fingerprint)
+    columns = {key: tokenized[key] for key in ("error", "truncated", "trained_tokens_cut", "n_tokens", "n_trained")}
+    drops, train_parts, eval_indices = [], [], []
+    for stat, (start, n_train, n_eval) in zip(stats, parts):
+        kept = {"train": [], "eval": []}
+        for offset in range(n_train + n_eval):
+            row = start + offset
+            if columns["error"][row]:
+                stat.dropped += 1
+                drops.append(columns["error"][row])
+                continue
+            stat.truncated += columns["truncated"][row]
+            stat.trained_tokens_cut += columns["trained_tokens_cut"][row]
+            kept["train" if offset < n_train else "eval"].append(row)
+        train_parts.append(kept["train"])
+        stat.eval_records = len(kept["eval"])
+        eval_indices += kept["eval"]
 
     sources = [item.source for item in loaded]
     if all(source.weight is not None for source in sources):
         mixed = mix_by_weight(train_parts, [source.weight for source in sources], args.mixture_seed)
     else:
         mixed = train_parts
-    train_rows = []
+    train_indices = []
     for stat, part, chosen in zip(stats, train_parts, mixed):
         stat.train_records = len(chosen)
-        distinct = len({id(row) for row in chosen})
+        distinct = len(set(chosen))
         stat.repeated = len(chosen) - distinct
         stat.not_sampled += len(part) - distinct
-        stat.tokens = sum(len(row["input_ids"]) for row in chosen)
-        stat.trained_tokens = sum(sum(row["assistant_masks"]) for row in chosen)
-        train_rows += chosen
-    if not train_rows:
+        stat.tokens = sum(columns["n_tokens"][row] for row in chosen)
+        stat.trained_tokens = sum(columns["n_trained"][row] for row in chosen)
+        train_indices += chosen
+    if not train_indices:
         raise CorpusError("no training records left after validation, decontamination, splitting and truncation; "
                           f"see the {len(drops)} dropped record(s): {drops[:3]}"
                           + (f" and the {len(decontaminated)} contaminated one(s): {decontaminated[:3]}"
                              if decontaminated else ""))
-    columns = lambda rows: {key: [row[key] for row in rows] for key in ("input_ids", "assistant_masks")}
-    return SFTCorpus(train=Dataset.from_dict(columns(train_rows)),
-                     eval=Dataset.from_dict(columns(eval_rows)) if eval_rows else None,
+    records = tokenized.select_columns(["input_ids", "assistant_masks"])
+    return SFTCorpus(train=records.select(train_indices),
+                     eval=records.select(eval_indices) if eval_indices else None,
                      stats=stats, problems=[p for item in loaded for p in item.problems], drops=drops,
                      decontaminated_against=list(args.decontaminate_against), decontaminated=decontaminated)

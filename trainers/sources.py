@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.digest import files_digest
 from common.errors import CorpusError
 from trainers.harbor_trajectory import trajectory_to_chat
 from trainers.records import RecordError, normalize_chat, text_content
@@ -299,11 +300,15 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _harbor_rows(path: Path) -> Iterator[tuple[str, Any]]:
+def _harbor_files(path: Path) -> list[Path]:
     files = [path] if path.is_file() else sorted(path.rglob("agent/trajectory.json"))
     if not files:
         raise FileNotFoundError(f"{path}: no Harbor trajectories (agent/trajectory.json) under this directory")
-    for file in files:
+    return files
+
+
+def _harbor_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    for file in _harbor_files(path):
         origin = f"{file}:1"
         try:
             row = json.loads(file.read_text(encoding="utf-8"))
@@ -325,32 +330,57 @@ def _harbor_rows(path: Path) -> Iterator[tuple[str, Any]]:
         yield origin, row
 
 
-def _hub_rows(source: Source) -> Iterator[tuple[str, Any]]:
+def _hub_dataset(source: Source):
     import datasets
 
     try:
-        dataset = datasets.load_dataset(source.path, source.name, split=source.split, data_files=source.data_files)
+        return datasets.load_dataset(source.path, source.name, split=source.split, data_files=source.data_files)
     except Exception as err:  # the hub client raises many types; the user needs the name and the cause
         raise FileNotFoundError(f"{source.path}: not a local file and not loadable as a Hugging Face dataset "
                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
-    for index, row in enumerate(dataset):
+
+
+def _hub_rows(source: Source) -> Iterator[tuple[str, Any]]:
+    for index, row in enumerate(_hub_dataset(source)):
         yield f"{source.path}[{source.split}]:{index}", row
+
+
+def _kind(source: Source) -> str:
+    """How a source is read: "harbor" (a job/trial dir or a trajectory file), "jsonl" or "hub"."""
+    path = Path(source.path)
+    if path.is_dir() or path.name == "trajectory.json":
+        return "harbor"
+    if path.is_file():
+        return "harbor" if path.suffix == ".json" and not path.name.endswith(".jsonl") else "jsonl"
+    if path.suffix in (".jsonl", ".gz", ".json") or source.path.startswith((".", "/")):
+        raise FileNotFoundError(f"{source.path}: no such file")
+    return "hub"
 
 
 def iter_rows(source: Source) -> Iterator[tuple[str, Any]]:
     """(origin, row) pairs; a row that cannot be parsed comes as a RecordError."""
-    path = Path(source.path)
-    if path.is_dir() or path.name == "trajectory.json":
-        yield from _harbor_rows(path)
-    elif path.is_file():
-        if path.suffix in (".json",) and not path.name.endswith(".jsonl"):
-            yield from _harbor_rows(path)
-        else:
-            yield from _jsonl_rows(path)
-    elif path.suffix in (".jsonl", ".gz", ".json") or source.path.startswith((".", "/")):
-        raise FileNotFoundError(f"{source.path}: no such file")
+    kind = _kind(source)
+    if kind == "harbor":
+        yield from _harbor_rows(Path(source.path))
+    elif kind == "jsonl":
+        yield from _jsonl_rows(Path(source.path))
     else:
         yield from _hub_rows(source)
+
+
+def source_fingerprint(source: Source) -> str:
+    """A digest of everything `iter_rows` reads for the source: a JSONL file's bytes; a Harbor job's
+    trajectory.json files and their trials' result.json; a Hugging Face dataset's own datasets fingerprint."""
+    kind, path = _kind(source), Path(source.path)
+    if kind == "jsonl":
+        return files_digest([path])
+    if kind == "harbor":
+        files = []
+        for trajectory in _harbor_files(path):
+            result = trajectory.parent.parent / "result.json"
+            files += [trajectory, *([result] if result.is_file() else [])]
+        return files_digest(files, path if path.is_dir() else path.parent)
+    return f"datasets:{_hub_dataset(source)._fingerprint}"
 
 
 Convert = Callable[[Any, str], tuple[str, dict]]  # (row, the source's format) -> (format, record)

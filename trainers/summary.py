@@ -24,7 +24,10 @@ def wandb_run_dir() -> str | None:
     return wandb.run.dir if wandb.run is not None else None
 
 
-def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_from: str | None) -> dict:
+def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resumed_from: str | None,
+                      corpus_cache: dict | None = None, seconds_to_first_step: float | None = None) -> dict:
+    """`corpus_cache`: corpus_cache.corpus_cache_report's keys (hit, miss or off on the main process and on each
+    rank, the preparation's seconds); `seconds_to_first_step`: from the recipe's start to its first micro-batch."""
     state = trainer.state
     output_dir = Path(trainer.args.output_dir)
     return {
@@ -40,6 +43,8 @@ def build_sft_summary(trainer, corpus, tokens: dict, wall_seconds: float, resume
         "decontaminated_records": corpus.decontaminated,
         "template_overlap": sum(stat.template_overlap for stat in corpus.stats),
         "trained_tokens_cut": sum(stat.trained_tokens_cut for stat in corpus.stats),
+        **(corpus_cache or {}),
+        "seconds_to_first_step": round(seconds_to_first_step, 3) if seconds_to_first_step is not None else None,
         "train_records": len(corpus.train),
         "eval_records": len(corpus.eval) if corpus.eval is not None else 0,
         **tokens,
@@ -87,6 +92,11 @@ def print_sft_summary(summary: dict) -> None:
         *([f"decontaminated against {', '.join(summary['decontaminated_against'])}: {summary['decontaminated']} "
            f"contaminated record(s) dropped; {summary['template_overlap']} with template overlap kept (shared "
            "template n-grams only: not contamination)"] if decontaminated else []),
+        *([f"corpus cache {summary['corpus_cache']} on the main process ({', '.join(summary['corpus_cache_ranks'])} "
+           f"by rank), every rank holding its corpus after {summary['corpus_prepare_seconds']:.1f} s"
+           + (f"; entry {summary['corpus_cache_path']}" if summary.get("corpus_cache_path") else "")
+           + (f"; first step {summary['seconds_to_first_step']:.1f} s after the start"
+              if summary.get("seconds_to_first_step") is not None else "")] if "corpus_cache" in summary else []),
         f"wall {summary['wall_seconds']:.1f} s  ({summary['trained_tokens_per_second']:,.0f} trained tokens/s)"
         + (f"  resumed from {summary['resumed_from']}" if summary["resumed_from"] else ""),
         f"output dir {summary['output_dir']}  checkpoints {', '.join(summary['checkpoints']) or 'none'}",

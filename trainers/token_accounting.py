@@ -7,6 +7,8 @@ process; `totals` sums them over processes.
 
 from __future__ import annotations
 
+import time
+
 from trl import SFTTrainer
 
 
@@ -14,6 +16,7 @@ class TokenCounts:
     def __init__(self, pad_token_id: int | None = None):
         self.pad_token_id = pad_token_id
         self.trained = self.real = self.padded = self.batches = 0
+        self.first_step_at: float | None = None
 
     def add(self, batch) -> None:
         labels, input_ids = batch["labels"], batch["input_ids"]
@@ -46,5 +49,7 @@ class CountingSFTTrainer(SFTTrainer):
         self.token_counts = TokenCounts(self.processing_class.pad_token_id)
 
     def training_step(self, model, inputs, *args, **kwargs):
+        if self.token_counts.first_step_at is None:  # wall clock (time.time()) when the first micro-batch arrived
+            self.token_counts.first_step_at = time.time()
         self.token_counts.add(inputs)
         return super().training_step(model, inputs, *args, **kwargs)

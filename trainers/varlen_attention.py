@@ -1,15 +1,23 @@
-"""`attn_implementation: varlen_sdpa`: packed sequences on SDPA without attending across records, at the
-cost of each record's own causal attention only.
+"""Packed (padding-free) attention that never attends across records: `attn_implementation: varlen` and
+`varlen_sdpa`, registered with transformers' AttentionInterface.
 
-On GPU, flash-attention's variable-length kernels do this (`attn_implementation: flash_attention_2` or a
-kernels-hub build). On CPU, transformers' SDPA path masks a packed row with a block-diagonal 4D mask, which
-falls off the fused causal kernel and computes attention across the whole row (measured here: a 16k-token row
-of two 8k records took 3.6x the time of one causal 16k record). Written by hand because no library offers a
-CPU variable-length attention: when the padding-free collator passes `cu_seq_lens_q`, each record runs as its
-own causal SDPA call; without it (padded batches, generation) this is plain SDPA.
+- `varlen`: the kernel for the device. trainers/kernels.py turns it into `flash_attention_2` where the flash-attn
+  package is installed on a CUDA machine; otherwise, when the padding-free collator passes the records' bounds
+  (`cu_seq_lens_q`), CUDA tensors in bf16/fp16 go to PyTorch's own variable-length attention
+  (`torch.nn.attention.varlen.varlen_attn`, flash-attention kernels shipped with torch, no extra package), and
+  everything else (CPU, fp32, attention dropout) to `varlen_sdpa`'s per-record SDPA.
+- `varlen_sdpa`: each record as its own causal SDPA call, on any device. Written by hand because no library
+  offers a CPU variable-length attention: transformers' SDPA path masks a packed row with a block-diagonal 4D
+  mask, which falls off the fused causal kernel and computes attention across the whole row (measured here: a
+  16k-token row of two 8k records took 3.6x the time of one causal 16k record).
+
+Both are plain SDPA without the bounds (padded batches, generation), and both leave a sliding-window layer to
+SDPA with transformers' own packed mask (a per-record causal call has no window).
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from transformers import AttentionInterface
@@ -17,13 +25,22 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "varlen_sdpa"
+DEVICE_NAME = "varlen"
+
+try:  # torch >= 2.9 (2.13 here); older builds run varlen_sdpa instead
+    from torch.nn.attention.varlen import varlen_attn as torch_varlen_attn
+except ImportError:  # pragma: no cover - depends on the installed torch
+    torch_varlen_attn = None
+
+
+def _packed(query, key, cu_seq_lens_q, cu_seq_lens_k) -> bool:
+    return (cu_seq_lens_q is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2]
+            and (cu_seq_lens_k is None or torch.equal(cu_seq_lens_q, cu_seq_lens_k)))
 
 
 def varlen_sdpa_attention(module, query, key, value, attention_mask, cu_seq_lens_q=None, cu_seq_lens_k=None,
                           **kwargs):
-    packed = (cu_seq_lens_q is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2]
-              and (cu_seq_lens_k is None or torch.equal(cu_seq_lens_q, cu_seq_lens_k)))
-    if not packed:
+    if not _packed(query, key, cu_seq_lens_q, cu_seq_lens_k) or getattr(module, "sliding_window", None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     bounds = cu_seq_lens_q.tolist()
     pieces = [sdpa_attention_forward(module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
@@ -32,5 +49,48 @@ def varlen_sdpa_attention(module, query, key, value, attention_mask, cu_seq_lens
     return torch.cat(pieces, dim=1), None
 
 
+def torch_varlen_forward(query, key, value, cu_seq_lens, max_length: int, scaling: float | None,
+                         kernel=None) -> torch.Tensor:
+    """One packed row (1, heads, tokens, dim) through `kernel` (default torch's varlen_attn), causal, as
+    (1, tokens, heads, dim): the layout transformers' attention functions return. Takes the kernel's signature as
+    it finds it: torch 2.9-2.10 name causality `is_causal`, later ones `window_size`; without `enable_gqa` the
+    key/value heads are repeated."""
+    kernel = kernel or torch_varlen_attn
+    params = inspect.signature(kernel).parameters
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
+    options = {"scale": scaling} if "scale" in params else {}
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" in params:
+            options["enable_gqa"] = True
+        else:
+            k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    if "window_size" in params:
+        options["window_size"] = (-1, 0)
+    else:
+        options["is_causal"] = True
+    cu = cu_seq_lens.to(device=q.device, dtype=torch.int32)
+    return kernel(q, k, v, cu, cu, int(max_length), int(max_length), **options).unsqueeze(0)
+
+
+def uses_torch_varlen(module, query, key, cu_seq_lens_q, cu_seq_lens_k, dropout: float = 0.0,
+                      kernel=torch_varlen_attn) -> bool:
+    """Whether `varlen` runs this call on torch's varlen_attn: a packed row of CUDA bf16/fp16 tensors, no dropout
+    in training (the kernel has none), no sliding window."""
+    return (kernel is not None and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
+            and not (module.training and dropout) and not getattr(module, "sliding_window", None)
+            and _packed(query, key, cu_seq_lens_q, cu_seq_lens_k))
+
+
+def device_varlen_attention(module, query, key, value, attention_mask, cu_seq_lens_q=None, cu_seq_lens_k=None,
+                            max_length_q=None, **kwargs):
+    if not uses_torch_varlen(module, query, key, cu_seq_lens_q, cu_seq_lens_k, kwargs.get("dropout", 0.0)):
+        return varlen_sdpa_attention(module, query, key, value, attention_mask, cu_seq_lens_q, cu_seq_lens_k,
+                                     **kwargs)
+    longest = max_length_q if max_length_q is not None else int(cu_seq_lens_q.diff().max())
+    return torch_varlen_forward(query, key, value, cu_seq_lens_q, longest, kwargs.get("scaling")), None
+
+
 AttentionInterface.register(NAME, varlen_sdpa_attention)
 AttentionMaskInterface.register(NAME, sdpa_mask)
+AttentionInterface.register(DEVICE_NAME, device_varlen_attention)
+AttentionMaskInterface.register(DEVICE_NAME, sdpa_mask)
