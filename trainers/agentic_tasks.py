@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,9 @@ from common.bash_harness import BASH_TOOL, TOOL_NAME, harness_prompt
 from common.errors import ConfigError
 from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
+
+
+VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
 
 
 @dataclass
@@ -181,8 +185,8 @@ def task_dataset(tasks: list[Path]):
 def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
     or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
-    if not args.sandbox_urls:
-        return partial(TaskEnvironment, args.limits(), stats)
+    if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
+        return partial(TaskEnvironment, args.limits(), stats, background_start=True)
     from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment
 
     servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,
@@ -202,7 +206,10 @@ def task_tests_reward(stats: EpisodeStats):
 
     def task_tests(environments, log_metric=None, task_dir=None, **kwargs):
         verifies_seen = len(stats.verify_seconds)
-        rewards = [episode_reward(env) for env in environments]
+        # the batch's episodes verified side by side: each runs its tests in its own sandbox
+        with ThreadPoolExecutor(max_workers=max(1, min(len(environments), VERIFY_WORKERS)),
+                                thread_name_prefix="verify") as pool:
+            rewards = list(pool.map(episode_reward, environments))
         starts, verifies = stats.start_seconds[starts_seen[0]:], stats.verify_seconds[verifies_seen:]
         starts_seen[0] += len(starts)
         batch: dict[str, list[float]] = {}
