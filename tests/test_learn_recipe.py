@@ -31,7 +31,8 @@ def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
 
 @pytest.mark.slow
 def test_learning_run_end_to_end(tmp_path):
-    run_small(tmp_path, "learn.yaml", "terminus-2")
+    out = run_small(tmp_path, "learn.yaml", "terminus-2")
+    assert not (out / "student-corpus.jsonl").exists()  # the trajectories themselves train the tokenizer
 
 
 @pytest.mark.slow
@@ -41,6 +42,14 @@ def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
     out = run_small(tmp_path, "learn-bash.yaml", "bash-tool")
     trajectory = json.loads(next((out / "teacher").glob("*/*/agent/trajectory.json")).read_text())
     assert trajectory["agent"]["name"] == "bash-tool" and trajectory["agent"]["tool_definitions"]
+    # the tokenizer is trained on them with the tool preamble the chat template adds, its lines single tokens
+    corpus = [json.loads(line) for line in (out / "student-corpus.jsonl").read_text().splitlines()]
+    assert len(corpus) == 12 and all(r["messages"][0]["role"] == "system" for r in corpus)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out / "student-init")
+    preamble = corpus[0]["messages"][0]["content"]
+    assert "<tools>" in preamble and len(tokenizer(preamble)["input_ids"]) < 40 < len(preamble) // 10
     for checkpoint in ("checkpoint-0", "checkpoint-6"):
         results = json.loads((out / checkpoint / "eval_results.json").read_text())
         assert results["agent"] == "bash-tool" and results["metrics"]["n_trials"] == 2
