@@ -178,13 +178,15 @@ _GENERATED = re.compile(r"^(?P<family>.+)-\d+-\d+$")
 
 
 def task_family(task: str) -> str:
-    """The family of a generated task's name (`<family>-<seed>-<index>`); any other task is its own family."""
-    match = _GENERATED.match(task or "")
-    return match["family"] if match else (task or "?")
+    """The family of a generated task's name (`<family>-<seed>-<index>`, after an `org/` prefix such as the
+    generated task.toml's `terminal-recipes/`); any other task is its own family."""
+    name = (task or "?").rsplit("/", 1)[-1]
+    match = _GENERATED.match(name)
+    return match["family"] if match else name
 
 
 def family_rows(rows: list[dict]) -> list[dict]:
-    """Per result row: {"run", "checkpoint", "step", "suite", "families": {family: [mean reward, trials]}}, the
+    """Per result row: {"run", "checkpoint", "step", "suite", "path", "families": {family: [mean reward, trials]}}, the
     trials of its eval_results file grouped by task family (a missing reward counts 0, as the means count it)."""
     out = []
     for row in rows:
@@ -192,13 +194,13 @@ def family_rows(rows: list[dict]) -> list[dict]:
         grouped: dict[str, list[float]] = {}
         for trial in trials:
             grouped.setdefault(task_family(trial.get("task")), []).append(float(trial.get("reward") or 0.0))
-        out.append({**{k: row[k] for k in ("run", "checkpoint", "step", "suite")},
+        out.append({**{k: row[k] for k in ("run", "checkpoint", "step", "suite", "path")},
                     "families": {f: [round(sum(v) / len(v), 3), len(v)] for f, v in sorted(grouped.items())}})
     return out
 
 
 def print_family_table(rows: list[dict]) -> None:
-    """A table per suite: a row per run/checkpoint/step, a column per task family (mean reward, trials)."""
+    """A table per suite: a row per task family, a column per run/checkpoint (mean reward, trials)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -206,15 +208,21 @@ def print_family_table(rows: list[dict]) -> None:
     by_suite: dict[str, list[dict]] = {}
     for row in family_rows(rows):
         by_suite.setdefault(row["suite"], []).append(row)
+    several_runs = len({row["run"] for row in rows}) > 1
     for suite, suite_rows in by_suite.items():
         families = sorted({f for row in suite_rows for f in row["families"]})
         table = Table(title=f"{suite}: mean reward by task family (trials)", title_justify="left")
-        for name in ("run", "checkpoint", "step", *families):
-            table.add_column(name, no_wrap=True, justify="left" if name in ("run", "checkpoint") else "right")
+        table.add_column("family", no_wrap=True)
+        names = []
         for row in suite_rows:
-            cells = [f"{row['families'][f][0]:.2f} ({row['families'][f][1]})" if f in row["families"] else "-"
-                     for f in families]
-            table.add_row(row["run"], row["checkpoint"], _fmt(row["step"]), *cells)
+            name = row["checkpoint"] if row["step"] is None else f"step {row['step']}"
+            names.append(f"{row['run']} {name}" if several_runs else name)
+        for name, row in zip(names, suite_rows):  # one checkpoint's several results: their files tell them apart
+            label = f"{name} {Path(row['path']).stem}" if names.count(name) > 1 else name
+            table.add_column(label, justify="right", no_wrap=True)
+        for family in families:
+            table.add_row(family, *(f"{row['families'][family][0]:.2f} ({row['families'][family][1]})"
+                                    if family in row["families"] else "-" for row in suite_rows))
         console.print(table)
 
 
