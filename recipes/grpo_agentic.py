@@ -21,8 +21,8 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
-from trainers.agentic_tasks import (AgenticTaskArguments, check_held_out, environment_factory, prepare_tasks,
-                                    task_dataset, task_tests_reward)
+from trainers.agentic_tasks import (AgenticTaskArguments, check_held_out, environment_factory, episode_transcript,
+                                    prepare_tasks, task_dataset, task_tests_reward)
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
@@ -30,6 +30,18 @@ from trainers.task_env import EpisodeStats
 from trainers.tiny_model import resolve_model
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
+
+
+class AgenticGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer, its completions table (log_completions: the parquet files and W&B) holding each episode
+    as a transcript (episode_transcript): W&B refuses TRL's message lists when tool calls are in them."""
+
+    def log(self, logs, start_time=None):
+        for key in ("prompt", "completion"):
+            entries = self._logs[key]
+            for index, messages in enumerate(entries):
+                entries[index] = episode_transcript(messages)
+        super().log(logs, start_time)
 
 
 @exit_on_user_error
@@ -51,11 +63,11 @@ def main():
     callback = EvalOnSaveCallback(eval_args, eval_on_start=eval_on_start) if eval_args.eval_suites else None
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        **(training_args.model_init_kwargs or {})}
-    trainer = GRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
-                          train_dataset=task_dataset(tasks), processing_class=tokenizer,
-                          environment_factory=environment_factory(task_args, stats),
-                          peft_config=get_peft_config(model_args),
-                          callbacks=[callback] if callback else None)
+    trainer = AgenticGRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
+                                 train_dataset=task_dataset(tasks), processing_class=tokenizer,
+                                 environment_factory=environment_factory(task_args, stats),
+                                 peft_config=get_peft_config(model_args),
+                                 callbacks=[callback] if callback else None)
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
     started = time.monotonic()
     trainer.train(resume_from_checkpoint=resume)

@@ -159,6 +159,26 @@ def test_the_reward_logs_the_pass_rate_per_task_family(tmp_path):
     assert reward.by_family == {"count-lines": {"scored": 2, "passed": 1}, "write-value": {"scored": 2, "passed": 0}}
 
 
+def test_the_completions_table_holds_episode_transcripts_wandb_accepts():
+    """TRL's completions table as W&B gets it: rows whose episodes call the tool and rows whose do not. W&B refuses
+    the raw message lists (the run stopped at its first log); the transcripts go in."""
+    import pandas as pd
+    import wandb
+
+    from trainers.agentic_tasks import episode_transcript
+
+    called = [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": {"command": "wc -l < data/a.log > n.txt"}}}]},
+        {"role": "tool", "name": "bash", "content": "(no output)"}, {"role": "assistant", "content": "Done."}]
+    answered = [{"role": "assistant", "content": "Done."}]
+    raw = pd.DataFrame({"step": [1, 1], "completion": [answered, called], "task_tests": [0.0, 1.0]})
+    with pytest.raises(TypeError, match="incompatible types"):
+        wandb.Table(dataframe=raw)
+    table = raw.assign(completion=raw["completion"].map(episode_transcript))
+    assert wandb.Table(dataframe=table).data[1][1] == ("[assistant -> bash] wc -l < data/a.log > n.txt\n"
+                                                       "[tool] (no output)\n[assistant] Done.")
+
+
 def test_the_learning_start_config_parses_through_the_recipes_parser():
     """configs/grpo/agentic-learn.yaml: the bash-tool learning run's final model, train and held-out tasks of
     disjoint seeds, step 0 and every save scored on the held-out ones in the harness it trains."""

@@ -246,6 +246,28 @@ def task_tests_reward(stats: EpisodeStats):
     return task_tests
 
 
+def episode_transcript(messages) -> str:
+    """An episode's messages (TRL's completion: assistant turns, their bash calls, the tool's output) as text, one
+    line per turn: what the completions table logs. W&B's table refuses TRL's message lists once some turns carry
+    tool_calls and others do not (mixed types in one column), and the run would stop at its first log."""
+    if isinstance(messages, str):
+        return messages
+    lines = []
+    for message in messages or []:
+        role = message.get("role", "?")
+        if message.get("content"):
+            lines.append(f"[{role}] {message['content']}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict) and set(arguments) == {"command"}:
+                arguments = arguments["command"]
+            elif not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            lines.append(f"[{role} -> {function.get('name', '?')}] {arguments}")
+    return "\n".join(lines)
+
+
 def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
     """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh as the
     scripted teacher's tool calls, `bash_tool_commands`) runs in the task's sandbox: real tool output, the tests'
