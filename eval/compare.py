@@ -9,7 +9,9 @@ writes (eval/results.py): {"checkpoint", "global_step", "suite", "agent", "model
 (`common.checkpoints.global_step`: trainer_state.json, then the checkpoint-N name). The table has a row per
 run/checkpoint/step and, for each suite, its metrics; the plot shows score against step, one line per run and
 suite (mean_reward with the leaderboard stderr, plus MT@k and case_score for multi-step suites). `--json`
-prints the rows instead of the table. Exit status 2, with one line on stderr, when a DIR is missing or holds
+prints the rows instead of the table. `--by_family` adds a table of the mean reward per family of generated tasks
+(eval/tasks/generate.py names them `<family>-<seed>-<index>`), trials over tasks: which families a checkpoint gets
+partly right (e.g. at the GRPO sampling temperature, `eval.run --temperature 1.0 --attempts 4`). Exit status 2, with one line on stderr, when a DIR is missing or holds
 no eval results.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -172,6 +175,58 @@ def print_table(rows: list[dict]) -> None:
         console.print(table)
 
 
+_GENERATED = re.compile(r"^(?P<family>.+)-\d+-\d+$")
+
+
+def task_family(task: str) -> str:
+    """The family of a generated task's name (`<family>-<seed>-<index>`, after an `org/` prefix such as the
+    generated task.toml's `terminal-recipes/`); any other task is its own family."""
+    name = (task or "?").rsplit("/", 1)[-1]
+    match = _GENERATED.match(name)
+    return match["family"] if match else name
+
+
+def family_rows(rows: list[dict]) -> list[dict]:
+    """Per result row: {"run", "checkpoint", "step", "suite", "path", "families": {family: [mean reward, trials]}}, the
+    trials of its eval_results file grouped by task family (a missing reward counts 0, as the means count it)."""
+    out = []
+    for row in rows:
+        trials = _load(Path(row["path"])).get("tasks") or []
+        grouped: dict[str, list[float]] = {}
+        for trial in trials:
+            grouped.setdefault(task_family(trial.get("task")), []).append(float(trial.get("reward") or 0.0))
+        out.append({**{k: row[k] for k in ("run", "checkpoint", "step", "suite", "path")},
+                    "families": {f: [round(sum(v) / len(v), 3), len(v)] for f, v in sorted(grouped.items())}})
+    return out
+
+
+def print_family_table(rows: list[dict]) -> None:
+    """A table per suite: a row per task family, a column per run/checkpoint (mean reward, trials)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    by_suite: dict[str, list[dict]] = {}
+    for row in family_rows(rows):
+        by_suite.setdefault(row["suite"], []).append(row)
+    several_runs = len({row["run"] for row in rows}) > 1
+    for suite, suite_rows in by_suite.items():
+        families = sorted({f for row in suite_rows for f in row["families"]})
+        table = Table(title=f"{suite}: mean reward by task family (trials)", title_justify="left")
+        table.add_column("family", no_wrap=True)
+        names = []
+        for row in suite_rows:
+            name = row["checkpoint"] if row["step"] is None else f"step {row['step']}"
+            names.append(f"{row['run']} {name}" if several_runs else name)
+        for name, row in zip(names, suite_rows):  # one checkpoint's several results: their files tell them apart
+            label = f"{name} {Path(row['path']).stem}" if names.count(name) > 1 else name
+            table.add_column(label, justify="right", no_wrap=True)
+        for family in families:
+            table.add_row(family, *(f"{row['families'][family][0]:.2f} ({row['families'][family][1]})"
+                                    if family in row["families"] else "-" for row in suite_rows))
+        console.print(table)
+
+
 def plot(rows: list[dict], out: str | Path) -> Path:
     """Score against step, one line per run and suite; a panel per score (mean_reward, and MT@k/case for multi-step)."""
     import matplotlib
@@ -236,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run output dirs or checkpoint dirs")
     parser.add_argument("--out", default="report.png", help="PNG to write (default: report.png)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--by_family", action="store_true", help="also the mean reward per generated task family")
     args = parser.parse_args(argv)
     try:
         rows = collect(args.dirs)
@@ -249,10 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         header, lines = table_rows(rows)
-        json.dump({"header": header, "rows": lines, "results": rows, "plot": str(out)}, sys.stdout, indent=2)
+        extra = {"by_family": family_rows(rows)} if args.by_family else {}
+        json.dump({"header": header, "rows": lines, "results": rows, "plot": str(out), **extra}, sys.stdout, indent=2)
         print()
     else:
         print_table(rows)
+        if args.by_family:
+            print_family_table(rows)
         print(f"plot: {out}")
     return 0
 

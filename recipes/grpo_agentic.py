@@ -9,7 +9,8 @@ with `sandbox_urls`, on episode servers: trainers/remote_task_env.py), tool outp
 start, verifier, an episode server) are not scored: kept out of the advantage and counted by kind in
 run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
 `max_tool_calling_iterations` and `max_completion_length`. With `eval_suites`, every checkpoint is evaluated as it is
-saved (trainers/eval_callback.py), in the harness it is trained in with `eval_agent: bash-tool`.
+saved (trainers/eval_callback.py), in the harness it is trained in with `eval_agent: bash-tool`; with
+`eval_on_start: true` also the start, before the first step, as checkpoint-0.
 """
 
 import time
@@ -20,8 +21,8 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
-from trainers.agentic_tasks import (AgenticTaskArguments, environment_factory, prepare_tasks, task_dataset,
-                                    task_tests_reward)
+from trainers.agentic_tasks import (AgenticTaskArguments, check_held_out, environment_factory, episode_transcript,
+                                    prepare_tasks, task_dataset, task_tests_reward)
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
@@ -29,6 +30,18 @@ from trainers.task_env import EpisodeStats
 from trainers.tiny_model import resolve_model
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
+
+
+class AgenticGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer, its completions table (log_completions: the parquet files and W&B) holding each episode
+    as a transcript (episode_transcript): W&B refuses TRL's message lists when tool calls are in them."""
+
+    def log(self, logs, start_time=None):
+        for key in ("prompt", "completion"):
+            entries = self._logs[key]
+            for index, messages in enumerate(entries):
+                entries[index] = episode_transcript(messages)
+        super().log(logs, start_time)
 
 
 @exit_on_user_error
@@ -39,23 +52,30 @@ def main():
     with state.main_process_first():  # the main process builds the tiny model and generates the tasks
         model_path = resolve_model(model_args.model_name_or_path)
         tasks = prepare_tasks(task_args)
+    seeds = check_held_out(task_args.task_dirs, eval_args.eval_suites)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
 
+    # step 0 (eval_on_start: checkpoint-0 scored like every save) is the callback's: the Trainer's own would first
+    # compute an eval loss, which needs an eval dataset this recipe does not have
+    eval_on_start, training_args.eval_on_start = training_args.eval_on_start, False
     stats = EpisodeStats()
+    reward = task_tests_reward(stats)
+    callback = EvalOnSaveCallback(eval_args, eval_on_start=eval_on_start) if eval_args.eval_suites else None
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        **(training_args.model_init_kwargs or {})}
-    trainer = GRPOTrainer(model=model_path, reward_funcs=[task_tests_reward(stats)], args=training_args,
-                          train_dataset=task_dataset(tasks), processing_class=tokenizer,
-                          environment_factory=environment_factory(task_args, stats),
-                          peft_config=get_peft_config(model_args),
-                          callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
+    trainer = AgenticGRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
+                                 train_dataset=task_dataset(tasks), processing_class=tokenizer,
+                                 environment_factory=environment_factory(task_args, stats),
+                                 peft_config=get_peft_config(model_args),
+                                 callbacks=[callback] if callback else None)
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
     started = time.monotonic()
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
 
     summary = build_agentic_summary(trainer, tasks, task_args.task_dirs, stats.as_dict(), time.monotonic() - started,
-                                    resume)
+                                    resume, by_family=reward.by_family, evals=callback.completed if callback else None,
+                                    seeds=seeds)
     if trainer.is_world_process_zero():
         print_agentic_summary(summary)
         write_summary(summary)

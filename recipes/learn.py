@@ -1,17 +1,26 @@
 """The learning run: teacher trajectories -> SFT of a small model from scratch -> the held-out pass rate rises.
 
-    make learn                                   # = python recipes/learn.py
+    make learn                                   # = python recipes/learn.py (Terminus-2, outputs/learn)
+    make learn ARGS="--config configs/sft/learn-bash.yaml"   # the bash-tool harness, outputs/learn-bash
     python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
                             [--copy_steps N]
 
-Everything lands in the SFT config's output_dir (outputs/learn), replaced on each run:
+The harness is the config's `eval_agent` (HARNESSES): `terminus-2` (Terminus-2's JSON keystrokes, learn.yaml) or
+`bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are collected in it
+and every checkpoint is scored in it, so the student is trained and evaluated acting one way.
+
+Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-bash), replaced on each run:
   tasks/train, tasks/heldout   procedural Harbor tasks (eval/tasks/generate.py), train and eval seeds disjoint
-  teacher/                     Terminus-2 driven by the scripted teacher on every train task (eval/scripted_teacher.py)
+  teacher/                     the harness's agent driven by the scripted teacher on every train task
+                               (eval/scripted_teacher.py --collect --agent <eval_agent>)
   student-init/                the student before SFT: random init, copy-pretrained on synthetic repeated spans (no
-                               task text), its tokenizer trained on the teacher trajectories
+                               task text), its tokenizer trained on the teacher trajectories (student_corpus)
+  student-corpus.jsonl         bash-tool harness only: the trajectories with the tool preamble the chat template
+                               adds as their system message, what the tokenizer is trained on (student_corpus)
   checkpoint-N/                SFT checkpoints (recipes/sft.py with the config), each evaluated on tasks/heldout with
-                               Terminus-2, step 0 included (eval_on_start), logged into the run as eval/<suite>/*
+                               the harness's agent, step 0 included (eval_on_start), logged into the run as
+                               eval/<suite>/*
   eval_results_*.json          the final model on tasks/train-sample (the first --overfit_tasks train instances:
                                the overfit check of the whole pipeline)
   curve.png, learn_summary.json  eval.compare's plot; seeds, counts, overlap report, scores and timings
@@ -40,6 +49,9 @@ from eval.tasks.generate import FAMILIES, generate, task_seeds  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
+# eval_agent -> how the teacher's trajectories are collected (eval.scripted_teacher --collect --agent) and what the
+# stage says: one harness for the teacher's data and the student's evals
+HARNESSES = {"terminus-2": "Terminus-2 in the local sandbox", "bash-tool": "the bash-tool agent in the local sandbox"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,7 +92,50 @@ def layout(config_path: Path) -> tuple[dict, Path]:
         if Path(given[key]) != Path(want):
             raise ConfigError(f"{config_path}: {key} is {given[key]!r}; the learning run writes {want!r} there "
                               f"(set it to that, or change output_dir)")
+    harness(config, config_path)
     return config, out
+
+
+def harness(config: dict, config_path: Path | str = "the config") -> str:
+    """The harness of the run: the config's eval_agent (the teacher is collected in it, the student scored in it)."""
+    agent = config.get("eval_agent") or "terminus-2"
+    if agent not in HARNESSES:
+        raise ConfigError(f"{config_path}: eval_agent {agent!r}: the learning run collects the teacher and scores the "
+                          f"student in one harness; use one of {', '.join(HARNESSES)}")
+    return agent
+
+
+def student_corpus(teacher: Path, out: Path) -> Path:
+    """What the student's tokenizer is trained on: the teacher's trajectories as the model sees them. Trajectories
+    with tools (the bash-tool harness) are written to `out` with the system message the chat template adds for
+    their tools (the tool's schema and how to call it, ~350 tokens of lines that are in no record's strings), so the
+    tokenizer learns those lines as single tokens, as it learns Terminus-2's prompt lines (one token per frequent
+    line, trainers/tiny_model.py). Without it the instruction starts ~350 tokens into every sequence, where the copy
+    circuit of copy pretraining (sequences of ~100 tokens) does not reach: measured, copy accuracy 1.0 at position 0,
+    0.004 behind 200 tokens; the student never learned to copy a name (held-out 0.03). Without tools: `teacher`."""
+    import importlib.resources
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from trainers.sources import Source, load_source
+
+    records = load_source(Source(path=str(teacher)), split_key="metadata.source_trajectory_uid").records
+    if not any(record.get("tools") for record in records):
+        return teacher
+    # the student's chat template (trainers/tiny_model.py: TRL's Qwen3 template, byte for byte)
+    template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
+    with out.open("w") as file:
+        for record in records:
+            tools = json.loads(record["tools"]) if isinstance(record.get("tools"), str) else record.get("tools")
+            messages = record["messages"]
+            if tools and messages[0].get("role") != "system":
+                rendered = render_jinja_template([[{"role": "user", "content": ""}]], tools=tools,
+                                                 chat_template=template)[0][0]
+                preamble = rendered.split("<|im_start|>system\n", 1)[1].split("<|im_end|>", 1)[0]
+                messages = [{"role": "system", "content": preamble}, *messages]
+            file.write(json.dumps({"messages": messages, "tools": record.get("tools"),
+                                   "metadata": record.get("metadata", {})}) + "\n")
+    return out
 
 
 def stage(name: str, timings: dict):
@@ -112,17 +167,19 @@ def main(argv=None) -> int:
         generate(out / "tasks" / "train-sample", args.train_seed, min(args.overfit_tasks, args.train_tasks), families)
     done()
 
-    done = stage("teacher trajectories (scripted teacher, Terminus-2 in the local sandbox)", timings)
+    agent = harness(config, args.config)
+    done = stage(f"teacher trajectories (scripted teacher, {HARNESSES[agent]})", timings)
     from eval.scripted_teacher import collect as collect_teacher
 
-    teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency)
+    teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency, agent=agent)
     done()
 
     done = stage("student model (copy-pretrained; tokenizer from the teacher trajectories)", timings)
     from trainers.tiny_model import COPY_PRETRAINING_FILE, main as build_student
 
     copy_steps = [] if args.copy_steps is None else ["--copy_steps", str(args.copy_steps)]
-    if build_student(["--out", str(out / "student-init"), "--corpus", str(out / "teacher"), "--preset", "student",
+    corpus = student_corpus(out / "teacher", out / "student-corpus.jsonl")
+    if build_student(["--out", str(out / "student-init"), "--corpus", str(corpus), "--preset", "student",
                       *copy_steps]):
         raise ConfigError(f"could not build the student from {out / 'teacher'} (see above)")
     done()
@@ -160,7 +217,7 @@ def main(argv=None) -> int:
                           *eval_settings.to_cli_args(eval_settings.from_recipe(eval_keys, "NEW_TASKS"))])
     summary = {
         "train_seeds": task_seeds(out / "tasks" / "train"), "eval_seeds": task_seeds(out / "tasks" / "heldout"),
-        "families": families, "teacher": {"trials": teacher["metrics"].get("n_trials"),
+        "families": families, "harness": agent, "teacher": {"trials": teacher["metrics"].get("n_trials"),
                                           "solved": teacher["metrics"].get("mean_reward"),
                                           "job": teacher["harbor_job_dir"]},
         "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
@@ -174,8 +231,9 @@ def main(argv=None) -> int:
     (out / "learn_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n=== learn: done in {summary['total_s'] / 60:.1f} min ("
           + ", ".join(f"{name.split(' (')[0]} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
-    print(f"train seeds {summary['train_seeds']} ({args.train_tasks} tasks, teacher solved {summary['teacher']['solved']}); "
-          f"held-out seeds {summary['eval_seeds']} ({args.eval_tasks} tasks); families {','.join(families)}")
+    print(f"harness {agent}; train seeds {summary['train_seeds']} ({args.train_tasks} tasks, teacher solved "
+          f"{summary['teacher']['solved']}); held-out seeds {summary['eval_seeds']} ({args.eval_tasks} tasks); "
+          f"families {','.join(families)}")
     print(f"overlap with {', '.join(summary['overlap']['decontaminated_against'] or ['(not checked)'])}: "
           f"{summary['overlap']['decontaminated']} contaminated records dropped, {summary['overlap']['template_overlap']} "
           "share only the family templates (held out means new values)")

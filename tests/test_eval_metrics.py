@@ -339,6 +339,24 @@ def test_compare_runs_table_and_plot(tmp_path, capsys):
     assert out2.stat().st_size > 5000
 
 
+def test_compare_by_family_groups_trials_of_generated_tasks(tmp_path, capsys):
+    ckpt = tmp_path / "run" / "checkpoint-4"
+    _eval_results(ckpt, 4, "tasks", _single(0.5))
+    results = json.loads((ckpt / "eval_results.json").read_text())
+    results["tasks"] = [{"task": "count-lines-2-0", "reward": 1.0}, {"task": "terminal-recipes/count-lines-2-0", "reward": 0.0},
+                        {"task": "count-lines-2-4", "reward": 1.0}, {"task": "sum-numbers-2-1", "reward": None},
+                        {"task": "hello-world", "reward": 1.0}]
+    (ckpt / "eval_results.json").write_text(json.dumps(results))
+    assert compare.main([str(tmp_path / "run"), "--out", str(tmp_path / "x.png"), "--json", "--by_family"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["by_family"]
+    assert row["step"] == 4 and row["families"] == {"count-lines": [0.667, 3], "hello-world": [1.0, 1],
+                                                    "sum-numbers": [0.0, 1]}
+    assert compare.main([str(tmp_path / "run"), "--out", str(tmp_path / "x.png"), "--by_family"]) == 0
+    text = capsys.readouterr().out
+    assert "mean reward by task family" in text and "step 4" in text
+    assert any("count-lines" in line and "0.67 (3)" in line for line in text.splitlines())
+
+
 def test_compare_errors(tmp_path, capsys):
     assert compare.main([str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err

@@ -118,6 +118,104 @@ def test_a_task_folder_that_is_not_there_is_one_clear_error(tmp_path):
     assert run.returncode == 2 and f"task_dirs: {tmp_path / 'tasks'} is not a folder" in run.stderr
 
 
+def test_held_out_tasks_are_generated_from_a_seed_the_train_tasks_never_use(tmp_path):
+    from common.errors import ConfigError
+    from trainers.agentic_tasks import AgenticTaskArguments, check_held_out, prepare_tasks
+
+    args = AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], generate_seed=2, generate_n=6,
+                                generate_families=["count-lines", "sum-numbers"], heldout_dir=str(tmp_path / "held"),
+                                heldout_seed=1002, heldout_n=4)
+    assert len(prepare_tasks(args)) == 6
+    held = sorted(p.name for p in (tmp_path / "held").iterdir())
+    assert held == ["count-lines-1002-0", "count-lines-1002-2", "sum-numbers-1002-1", "sum-numbers-1002-3"]
+    seeds = check_held_out(args.task_dirs, [str(tmp_path / "held"), "builtin:terminal"])
+    assert seeds == {"train_seeds": {2: 6}, "eval_seeds": {str(tmp_path / "held"): {1002: 4}}}
+    with pytest.raises(ConfigError, match="seed 2, which the train tasks use too"):
+        check_held_out(args.task_dirs, [str(tmp_path / "train")])
+    with pytest.raises(ConfigError, match="never used in training"):
+        prepare_tasks(AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], generate_seed=5, heldout_seed=5,
+                                           heldout_dir=str(tmp_path / "other")))
+    with pytest.raises(ConfigError, match="heldout_dir is not"):
+        prepare_tasks(AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], heldout_seed=9))
+
+
+def test_the_reward_logs_the_pass_rate_per_task_family(tmp_path):
+    from trainers.agentic_tasks import task_tests_reward
+    from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+
+    tasks = generate(tmp_path / "tasks", 21, 4, ["write-value", "count-lines"])
+    stats = EpisodeStats()
+    reward = task_tests_reward(stats)
+    envs = [TaskEnvironment(EpisodeLimits(), stats) for _ in tasks]
+    for env, task in zip(envs, tasks):
+        env.reset(task_dir=str(task))
+    from eval.scripted_teacher import bash_tool_commands
+
+    for command in bash_tool_commands((tasks[1] / "solution" / "solve.sh").read_text()):  # count-lines-21-1, solved
+        envs[1].bash(command)
+    logged = {}
+    assert reward(envs, log_metric=logged.__setitem__, task_dir=[str(t) for t in tasks]) == [0.0, 1.0, 0.0, 0.0]
+    assert logged["episodes/pass_rate/count-lines"] == 0.5 and logged["episodes/pass_rate/write-value"] == 0.0
+    assert reward.by_family == {"count-lines": {"scored": 2, "passed": 1}, "write-value": {"scored": 2, "passed": 0}}
+
+
+def test_the_completions_table_holds_episode_transcripts_wandb_accepts():
+    """TRL's completions table as W&B gets it: rows whose episodes call the tool and rows whose do not. W&B refuses
+    the raw message lists (the run stopped at its first log); the transcripts go in."""
+    import pandas as pd
+    import wandb
+
+    from trainers.agentic_tasks import episode_transcript
+
+    called = [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": {"command": "wc -l < data/a.log > n.txt"}}}]},
+        {"role": "tool", "name": "bash", "content": "(no output)"}, {"role": "assistant", "content": "Done."}]
+    answered = [{"role": "assistant", "content": "Done."}]
+    raw = pd.DataFrame({"step": [1, 1], "completion": [answered, called], "task_tests": [0.0, 1.0]})
+    with pytest.raises(TypeError, match="incompatible types"):
+        wandb.Table(dataframe=raw)
+    table = raw.assign(completion=raw["completion"].map(episode_transcript))
+    assert wandb.Table(dataframe=table).data[1][1] == ("[assistant -> bash] wc -l < data/a.log > n.txt\n"
+                                                       "[tool] (no output)\n[assistant] Done.")
+
+
+def test_the_learning_start_config_parses_through_the_recipes_parser():
+    """configs/grpo/agentic-learn.yaml: the bash-tool learning run's final model, train and held-out tasks of
+    disjoint seeds, step 0 and every save scored on the held-out ones in the harness it trains."""
+    from trl import GRPOConfig, ModelConfig
+
+    from trainers.agentic_tasks import AgenticTaskArguments
+    from trainers.eval_callback import EvalArguments
+    from trainers.recipe_config import parse_config
+
+    config = REPO / "configs" / "grpo" / "agentic-learn.yaml"
+    learn = yaml.safe_load((REPO / "configs" / "sft" / "learn-bash.yaml").read_text())
+    saved = dict(os.environ)
+    try:
+        tasks, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
+                                                 config, ["--config", str(config)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert model.model_name_or_path == learn["output_dir"]  # the learning run's final model
+    assert tasks.generate_seed is not None and tasks.heldout_seed is not None
+    assert tasks.generate_seed != tasks.heldout_seed and tasks.heldout_dir in evals.eval_suites
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
+    learn_recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learn_recipe)
+    defaults = learn_recipe.parse_args([])  # the learning run's seeds: neither side here may reuse them
+    assert {tasks.generate_seed, tasks.heldout_seed}.isdisjoint({defaults.train_seed, defaults.eval_seed})
+    assert tasks.generate_families and set(tasks.heldout_families or tasks.generate_families) <= set(
+        tasks.generate_families)
+    assert evals.eval_agent == "bash-tool" and grpo.eval_on_start and grpo.save_strategy == "steps"
+    assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1  # one harness: turns as the trainer's
+    assert evals.eval_temperature == 0.0 and grpo.temperature > 0
+    assert (grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps) % grpo.num_generations == 0
+    assert grpo.output_dir == "outputs/grpo-agentic-learn" and grpo.use_cpu
+
+
 @pytest.mark.slow
 def test_tool_output_carries_no_loss(tmp_path):
     """SFT the tiny model on oracle episodes until it calls the tool, then take one GRPO step and decode what the

@@ -1,6 +1,7 @@
 """The learning run end to end (recipes/learn.py), small: generated tasks -> scripted-teacher trajectories -> the
 student built from them -> SFT with every checkpoint (step 0 included) scored on held-out instances -> the overfit
-check -> eval.compare's curve. The scores are reported, not asserted: a few steps on a dozen tasks teach nothing."""
+check -> eval.compare's curve, in either harness (Terminus-2: configs/sft/learn.yaml; the bash tool:
+configs/sft/learn-bash.yaml). The scores are reported, not asserted: a few steps on a dozen tasks teach nothing."""
 
 import json
 import subprocess
@@ -13,9 +14,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def small_config(tmp_path: Path, **overrides) -> Path:
-    """configs/sft/learn.yaml with its paths under tmp_path and a few steps."""
-    config = yaml.safe_load((REPO / "configs" / "sft" / "learn.yaml").read_text())
+def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
+    """configs/sft/<name> with its paths under tmp_path and a few steps."""
+    config = yaml.safe_load((REPO / "configs" / "sft" / name).read_text())
     out = tmp_path / "learn"
     config.update(dict(output_dir=str(out), model_name_or_path=str(out / "student-init"),
                   datasets=[{"path": str(out / "teacher"), "min_reward": 1.0}],
@@ -30,7 +31,33 @@ def small_config(tmp_path: Path, **overrides) -> Path:
 
 @pytest.mark.slow
 def test_learning_run_end_to_end(tmp_path):
-    config = small_config(tmp_path)
+    out = run_small(tmp_path, "learn.yaml", "terminus-2")
+    assert not (out / "student-corpus.jsonl").exists()  # the trajectories themselves train the tokenizer
+
+
+@pytest.mark.slow
+def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
+    """configs/sft/learn-bash.yaml: the teacher collected with the bash-tool agent (its trajectories are tool-calling
+    chats with the tool's schema), the student scored with it."""
+    out = run_small(tmp_path, "learn-bash.yaml", "bash-tool")
+    trajectory = json.loads(next((out / "teacher").glob("*/*/agent/trajectory.json")).read_text())
+    assert trajectory["agent"]["name"] == "bash-tool" and trajectory["agent"]["tool_definitions"]
+    # the tokenizer is trained on them with the tool preamble the chat template adds, its lines single tokens
+    corpus = [json.loads(line) for line in (out / "student-corpus.jsonl").read_text().splitlines()]
+    assert len(corpus) == 12 and all(r["messages"][0]["role"] == "system" for r in corpus)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out / "student-init")
+    preamble = corpus[0]["messages"][0]["content"]
+    assert "<tools>" in preamble and len(tokenizer(preamble)["input_ids"]) < 40 < len(preamble) // 10
+    for checkpoint in ("checkpoint-0", "checkpoint-6"):
+        results = json.loads((out / checkpoint / "eval_results.json").read_text())
+        assert results["agent"] == "bash-tool" and results["metrics"]["n_trials"] == 2
+
+
+def run_small(tmp_path: Path, name: str, agent: str) -> Path:
+    """The learning run of configs/sft/<name>, small; returns its output dir."""
+    config = small_config(tmp_path, name)
     out = tmp_path / "learn"
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
                           "--eval_tasks", "2", "--overfit_tasks", "1", "--families", "write-value,count-lines",
@@ -40,6 +67,7 @@ def test_learning_run_end_to_end(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((out / "learn_summary.json").read_text())
     print(json.dumps({k: summary[k] for k in ("heldout_curve", "overfit_mean_reward", "timings_s")}))
+    assert summary["harness"] == agent and f"harness {agent}; " in run.stdout
     assert summary["train_seeds"] == {"3": 12} and summary["eval_seeds"] == {"7": 2}
     assert summary["teacher"]["trials"] == 12 and summary["teacher"]["solved"] == 1.0
     steps = [step for step, _ in summary["heldout_curve"]]
@@ -51,6 +79,7 @@ def test_learning_run_end_to_end(tmp_path):
     assert summary["overlap"]["decontaminated_against"] == [str(out / "tasks" / "heldout")]
     assert summary["overlap"]["decontaminated"] == 0 and 0 < summary["overlap"]["template_overlap"] <= 12
     assert "held-out pass rate by step: 0: " in run.stdout
+    return out
 
 
 def test_learning_run_refuses_a_config_whose_paths_differ(tmp_path):
@@ -66,3 +95,9 @@ def test_learning_run_refuses_overlapping_seeds(tmp_path):
                           "--train_seed", "5", "--eval_seed", "5"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and "never used in training" in run.stderr
+
+
+def test_learning_run_refuses_a_harness_it_cannot_collect(tmp_path):
+    run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(small_config(tmp_path, eval_agent="nop"))],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "eval_agent 'nop'" in run.stderr and "terminus-2, bash-tool" in run.stderr

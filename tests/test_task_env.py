@@ -30,9 +30,10 @@ def oracle_commands(task: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
 
 
-def test_the_oracle_scores_1_and_doing_nothing_scores_0(tasks):
+@pytest.mark.parametrize("background_start", [False, True])
+def test_the_oracle_scores_1_and_doing_nothing_scores_0(tasks, background_start):
     stats = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(), stats)
+    env = TaskEnvironment(EpisodeLimits(), stats, background_start=background_start)
     for family, task in tasks.items():
         env.reset(task_dir=str(task), prompt=[{"role": "user", "content": "..."}])
         for command in oracle_commands(task):
@@ -70,15 +71,32 @@ def broken_copy(task: Path, tmp_path: Path, *, dockerfile: str | None = None, te
     ("verifier_error", None, "#!/bin/bash\necho 'the runner crashed before writing a reward'\nexit 1\n"),
     ("verifier_error", None, "#!/bin/bash\nmkdir -p /logs/verifier && echo maybe > /logs/verifier/reward.txt\n"),
 ])
-def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path, kind, dockerfile, test_sh):
+@pytest.mark.parametrize("background_start", [False, True])
+def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path, kind, dockerfile, test_sh,
+                                                                background_start):
     stats = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(), stats)
+    env = TaskEnvironment(EpisodeLimits(), stats, background_start=background_start)
     env.reset(task_dir=str(broken_copy(tasks["write-value"], tmp_path, dockerfile=dockerfile, test_sh=test_sh)))
     if kind == "sandbox_start":
         assert "not scored" in env.bash("ls")
     assert episode_reward(env) is None
     summary = stats.as_dict()
     assert summary["masked_by_kind"] == {kind: 1} and summary["scored"] == 0 and summary["pass_rate"] is None
+
+
+def test_a_background_start_that_raises_raises_where_the_episode_needs_its_sandbox(tasks, monkeypatch):
+    import trainers.task_env
+
+    class Exploding:
+        def __init__(self, config):
+            raise RuntimeError("not a sandbox error: a bug")
+
+    monkeypatch.setattr(trainers.task_env, "BlockingSandbox", Exploding)
+    env = TaskEnvironment(background_start=True)
+    env.reset(task_dir=str(tasks["write-value"]))  # returns at once; the start fails in its thread
+    with pytest.raises(RuntimeError, match="a bug"):
+        env.bash("ls")
+    assert env.bash("ls").startswith("error: the sandbox is not running")  # raised once, as reset() would have
 
 
 def test_a_verifier_past_its_timeout_is_not_a_score(tasks, tmp_path):

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,9 @@ from common.bash_harness import BASH_TOOL, TOOL_NAME, harness_prompt
 from common.errors import ConfigError
 from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
+
+
+VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
 
 
 @dataclass
@@ -34,6 +38,14 @@ class AgenticTaskArguments:
         "help": "generate procedural tasks (eval/tasks/generate.py) with this seed into task_dirs[0] first"})
     generate_n: int = field(default=20, metadata={"help": "how many to generate"})
     generate_families: list[str] = field(default_factory=list, metadata={"help": "which families (default: all)"})
+    heldout_dir: str | None = field(default=None, metadata={
+        "help": "generate held-out procedural tasks into this folder first (name it in eval_suites to score every "
+                "checkpoint on them)"})
+    heldout_seed: int | None = field(default=None, metadata={
+        "help": "the held-out tasks' seed: never generate_seed, nor any seed of the tasks in task_dirs"})
+    heldout_n: int = field(default=20, metadata={"help": "how many held-out tasks"})
+    heldout_families: list[str] = field(default_factory=list, metadata={
+        "help": "the held-out tasks' families (default: generate_families)"})
     command_timeout_sec: float = 30.0
     episode_wall_sec: float = 300.0
     max_output_chars: int = 2000
@@ -70,18 +82,24 @@ class AgenticTaskArguments:
 
 
 def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
-    """The task folders of the run (generated first when generate_seed is set), sorted."""
+    """The task folders of the run (generated first when generate_seed is set), sorted; the held-out tasks generated
+    too when heldout_seed is set (prepare_heldout)."""
     if not args.task_dirs:
         raise ConfigError("task_dirs is empty: name at least one folder of Harbor task folders")
-    if args.generate_seed is not None:
-        from eval.tasks.generate import FAMILIES, generate
+    from eval.tasks.generate import FAMILIES, generate
 
-        unknown = [f for f in args.generate_families if f not in FAMILIES]
+    for key in ("generate_families", "heldout_families"):
+        unknown = [f for f in getattr(args, key) if f not in FAMILIES]
         if unknown:
-            raise ConfigError(f"generate_families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+            raise ConfigError(f"{key}: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    if args.heldout_seed is not None and args.heldout_seed == args.generate_seed:
+        raise ConfigError(f"heldout_seed and generate_seed are both {args.heldout_seed}: held-out tasks must come "
+                          "from a seed never used in training")
+    if args.generate_seed is not None:
         out = Path(args.task_dirs[0])
         if not (out.is_dir() and any(out.iterdir())):
             generate(out, args.generate_seed, args.generate_n, args.generate_families or None)
+    prepare_heldout(args)
     tasks = []
     for root in map(Path, args.task_dirs):
         if not root.is_dir():
@@ -91,6 +109,37 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
             raise ConfigError(f"task_dirs: {root} holds no task folder with instruction.md and tests/")
         tasks += found
     return tasks
+
+
+def prepare_heldout(args: AgenticTaskArguments) -> None:
+    """With heldout_seed: the held-out procedural tasks in heldout_dir (generated when the folder is empty)."""
+    if args.heldout_seed is None:
+        return
+    if not args.heldout_dir:
+        raise ConfigError("heldout_seed is set but heldout_dir is not: name the folder to generate them into")
+    from eval.tasks.generate import generate
+
+    out = Path(args.heldout_dir)
+    if not (out.is_dir() and any(out.iterdir())):
+        generate(out, args.heldout_seed, args.heldout_n, args.heldout_families or args.generate_families or None)
+
+
+def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:
+    """{"train_seeds", "eval_seeds"}: the generated tasks' seeds on each side ({seed: tasks}; eval suites that are
+    not local folders count none), after refusing a run whose eval suites share a seed with its train tasks."""
+    from eval.tasks.generate import task_seeds
+
+    train: dict[int, int] = {}
+    for root in task_dirs:
+        for seed, n in task_seeds(root).items():
+            train[seed] = train.get(seed, 0) + n
+    held: dict[str, dict[int, int]] = {suite: task_seeds(suite) for suite in eval_suites if Path(suite).is_dir()}
+    for suite, seeds in held.items():
+        shared = sorted(set(seeds) & set(train))
+        if shared:
+            raise ConfigError(f"eval_suites: {suite} has tasks of seed {', '.join(map(str, shared))}, which the train "
+                              "tasks use too: held-out tasks must come from a seed never used in training")
+    return {"train_seeds": train, "eval_seeds": held}
 
 
 def is_task(path: Path) -> bool:
@@ -106,6 +155,18 @@ def task_digest(task: Path) -> str:
     for path in sorted(p for p in task.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(task)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def task_family(task: str | Path) -> str | None:
+    """A generated task's family (task.toml `[metadata] family`, eval/tasks/generate.py), else None."""
+    import tomllib
+
+    try:
+        family = tomllib.loads((Path(task) / "task.toml").read_text()).get("metadata", {}).get("family")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return family if isinstance(family, str) and family else None
 
 
 def task_prompt(task: Path) -> list[dict]:
@@ -124,8 +185,8 @@ def task_dataset(tasks: list[Path]):
 def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
     or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
-    if not args.sandbox_urls:
-        return partial(TaskEnvironment, args.limits(), stats)
+    if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
+        return partial(TaskEnvironment, args.limits(), stats, background_start=True)
     from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment
 
     servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,
@@ -135,20 +196,37 @@ def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
 
 def task_tests_reward(stats: EpisodeStats):
     """The reward function: each rollout's episode verified by its task's tests; None (not scored: kept out of the
-    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes, and the
+    group's mean and std, advantage 0) for an infrastructure failure. Logs the episode counts as it goes, the pass
+    rate of this call's episodes, overall and per generated task family (`episodes/pass_rate/<family>`), and the
     distribution (p50, p90, max) of the sandbox start and verify seconds of this call's episodes: TRL calls it once
-    per generation batch, and averages what it logs over ranks and the logging step."""
+    per generation batch, and averages what it logs over ranks and the logging step. `task_tests.by_family` holds
+    the run's {family: {"scored", "passed"}} (the summary's)."""
     starts_seen = [0]  # stats.start_seconds of the episodes scored by earlier calls
+    by_family: dict[str, dict[str, int]] = {}
 
-    def task_tests(environments, log_metric=None, **kwargs):
+    def task_tests(environments, log_metric=None, task_dir=None, **kwargs):
         verifies_seen = len(stats.verify_seconds)
-        rewards = [episode_reward(env) for env in environments]
+        # the batch's episodes verified side by side: each runs its tests in its own sandbox
+        with ThreadPoolExecutor(max_workers=max(1, min(len(environments), VERIFY_WORKERS)),
+                                thread_name_prefix="verify") as pool:
+            rewards = list(pool.map(episode_reward, environments))
         starts, verifies = stats.start_seconds[starts_seen[0]:], stats.verify_seconds[verifies_seen:]
         starts_seen[0] += len(starts)
+        batch: dict[str, list[float]] = {}
+        for reward, task in zip(rewards, task_dir or []):
+            family = task_family(task)
+            if reward is not None and family is not None:
+                batch.setdefault(family, []).append(reward)
+        for family, scored in batch.items():
+            counts = by_family.setdefault(family, {"scored": 0, "passed": 0})
+            counts["scored"] += len(scored)
+            counts["passed"] += sum(r >= 1.0 for r in scored)
         if log_metric is not None:
             scored = [r for r in rewards if r is not None]
             if scored:
                 log_metric("episodes/pass_rate", sum(r >= 1.0 for r in scored) / len(scored))
+            for family, family_scored in sorted(batch.items()):
+                log_metric(f"episodes/pass_rate/{family}", sum(r >= 1.0 for r in family_scored) / len(family_scored))
             log_metric("episodes/masked", float(len(rewards) - len(scored)))
             totals = stats.as_dict()
             for kind, count in totals["masked_by_kind"].items():
@@ -164,7 +242,30 @@ def task_tests_reward(stats: EpisodeStats):
                     log_metric(f"episodes/{name}_max", ordered[-1])
         return rewards
 
+    task_tests.by_family = by_family
     return task_tests
+
+
+def episode_transcript(messages) -> str:
+    """An episode's messages (TRL's completion: assistant turns, their bash calls, the tool's output) as text, one
+    line per turn: what the completions table logs. W&B's table refuses TRL's message lists once some turns carry
+    tool_calls and others do not (mixed types in one column), and the run would stop at its first log."""
+    if isinstance(messages, str):
+        return messages
+    lines = []
+    for message in messages or []:
+        role = message.get("role", "?")
+        if message.get("content"):
+            lines.append(f"[{role}] {message['content']}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict) and set(arguments) == {"command"}:
+                arguments = arguments["command"]
+            elif not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            lines.append(f"[{role} -> {function.get('name', '?')}] {arguments}")
+    return "\n".join(lines)
 
 
 def oracle_episode(task: Path, env: TaskEnvironment) -> dict:

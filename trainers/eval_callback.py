@@ -102,9 +102,13 @@ class PendingEval:
 
 
 class EvalOnSaveCallback(TrainerCallback):
-    def __init__(self, eval_args: EvalArguments, wait_at_end_seconds: float = 3600):
+    def __init__(self, eval_args: EvalArguments, wait_at_end_seconds: float = 3600, eval_on_start: bool | None = None):
+        """`eval_on_start`: evaluate step 0 (checkpoint-0) or not, whatever the Trainer's own `eval_on_start` says
+        (None: as it says). A recipe with no eval split (agentic GRPO) turns the Trainer's off, which would ask for an
+        eval dataset, and gives it here."""
         self.eval_args = eval_args
         self.wait_at_end_seconds = wait_at_end_seconds
+        self.eval_on_start = eval_on_start
         self.pending: list[PendingEval] = []
         self.completed: list[dict] = []
         self.failed: list[str] = []
@@ -115,7 +119,8 @@ class EvalOnSaveCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         """With `eval_on_start` and a fresh run (global step 0): save the model before training into
         output_dir/checkpoint-0 and evaluate it at step 0 (skipped under DeepSpeed ZeRO-3)."""
-        if not getattr(args, "eval_on_start", False) or state.global_step != 0:
+        wanted = getattr(args, "eval_on_start", False) if self.eval_on_start is None else self.eval_on_start
+        if not wanted or state.global_step != 0:
             return
         if not state.is_world_process_zero or not self.eval_args.eval_suites:
             return

@@ -140,11 +140,24 @@ def print_grpo_summary(summary: dict) -> None:
 
 
 def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: dict, wall_seconds: float,
-                          resumed_from: str | None) -> dict:
-    """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings)."""
+                          resumed_from: str | None, by_family: dict | None = None,
+                          evals: list[dict] | None = None, seeds: dict | None = None) -> dict:
+    """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings);
+    `by_family`: the reward's {family: {"scored", "passed"}}; `evals`: the eval callback's results, in order.
+    `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (agentic_tasks.check_held_out).
+    `rollout_pass_rate_by_step`: [step, the logged episodes/pass_rate] (the train tasks' rollouts, at the sampling
+    temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve)."""
+    rollouts = [[entry["step"], round(entry["episodes/pass_rate"], 4)] for entry in trainer.state.log_history
+                if "episodes/pass_rate" in entry and "step" in entry]
+    curves: dict[str, list] = {}
+    for results in evals or []:
+        curves.setdefault(results["suite"], []).append([results["global_step"], results["metrics"].get("mean_reward")])
+    families = {family: {**counts, "pass_rate": round(counts["passed"] / counts["scored"], 4) if counts["scored"]
+                         else None} for family, counts in sorted((by_family or {}).items())}
     return {"tasks": len(tasks), "task_dirs": task_dirs, **episodes, "global_step": trainer.state.global_step,
             "final_loss": final_loss(trainer.state.log_history), "wall_seconds": round(wall_seconds, 1),
-            "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir()}
+            "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir(),
+            **(seeds or {}), "by_family": families, "rollout_pass_rate_by_step": rollouts, "eval_by_step": curves}
 
 
 def print_agentic_summary(summary: dict) -> None:
@@ -154,6 +167,17 @@ def print_agentic_summary(summary: dict) -> None:
           f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors); sandbox start "
           f"{summary['sandbox_start_seconds_mean']} s, verify {summary['verify_seconds_mean']} s on average; "
           f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
+    if summary.get("train_seeds") or summary.get("eval_seeds"):
+        print(f"generated tasks by seed: train {summary.get('train_seeds') or {}}, held out "
+              f"{summary.get('eval_seeds') or {}}")
+    if summary.get("by_family"):
+        print("rollout pass rate by family: " + ", ".join(
+            f"{family} {c['pass_rate']} ({c['passed']}/{c['scored']})" for family, c in summary["by_family"].items()))
+    if summary.get("rollout_pass_rate_by_step"):
+        print("rollout pass rate by step: " + ", ".join(f"{step}: {rate}"
+                                                         for step, rate in summary["rollout_pass_rate_by_step"]))
+    for suite, curve in (summary.get("eval_by_step") or {}).items():
+        print(f"eval {suite} by step: " + ", ".join(f"{step}: {score}" for step, score in curve))
 
 
 def write_summary(summary: dict) -> None:

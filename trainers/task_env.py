@@ -133,9 +133,16 @@ class TaskEnvironment:
     """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, then
     `episode_reward(env)`. Public methods are the policy's tools: add none without meaning it."""
 
-    def __init__(self, limits: EpisodeLimits | None = None, stats: EpisodeStats | None = None):
+    def __init__(self, limits: EpisodeLimits | None = None, stats: EpisodeStats | None = None,
+                 background_start: bool = False):
+        """`background_start`: reset() returns at once and the sandbox starts in a thread; the first tool call, the
+        verifier and the next reset wait for it. TRL resets a batch's environments one after the other before it
+        generates, so their sandboxes then start side by side, and while the policy writes its first turn."""
         self._limits = limits or EpisodeLimits()
         self._stats = stats or EpisodeStats()
+        self._background_start = background_start
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self._box: BlockingSandbox | None = None
         self._task: Path | None = None
         self._failure: str | None = None   # an INFRA_KINDS entry once the episode cannot be scored
@@ -154,21 +161,11 @@ class TaskEnvironment:
         self._task, self._failure, self._unscored, self._limited = Path(row["task_dir"]), None, None, False
         self._result, self._verified, self._killed_by_agent = None, False, False
         self._stats.add(episodes=1)
-        started = time.monotonic()
-        workdir = _task_toml(self._task).get("environment", {}).get("workdir")
-        config = SandboxConfig(environment_dir=self._task / "environment", workdir=workdir,
-                               memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
-                               wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
-        box = BlockingSandbox(config)
-        try:
-            box.start()
-        except (SandboxError, OSError) as err:
-            box.close()
-            self._fail("sandbox_start", err)
-            return None
-        self._box = box
-        self._started = time.monotonic()
-        self._stats.start_seconds.append(self._started - started)
+        if self._background_start:
+            self._starting = threading.Thread(target=self._start_in_thread, name="sandbox-start", daemon=True)
+            self._starting.start()
+        else:
+            self._start()
         return None
 
     # TRL derives the tool's schema from this signature and docstring: common/bash_harness.py's BASH_TOOL is that
@@ -182,6 +179,7 @@ class TaskEnvironment:
         Args:
             command: The command line to run, for example `wc -l < /app/data/input.log > /app/count.txt`.
         """
+        self._ready()
         if self._box is None:
             return NOT_RUNNING
         left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
@@ -215,7 +213,41 @@ class TaskEnvironment:
         return self._result
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Start the episode's sandbox: the task's Dockerfile replayed; a failure is `sandbox_start`, not scored."""
+        started = time.monotonic()
+        workdir = _task_toml(self._task).get("environment", {}).get("workdir")
+        config = SandboxConfig(environment_dir=self._task / "environment", workdir=workdir,
+                               memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
+                               wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
+        box = BlockingSandbox(config)
+        try:
+            box.start()
+        except (SandboxError, OSError) as err:
+            box.close()
+            self._fail("sandbox_start", err)
+            return
+        self._box = box
+        self._started = time.monotonic()
+        self._stats.start_seconds.append(self._started - started)
+
+    def _start_in_thread(self) -> None:
+        try:
+            self._start()
+        except BaseException as err:  # raised where the episode next needs its sandbox, as _start() would raise
+            self._start_error = err
+
+    def _ready(self) -> None:
+        """Wait for a sandbox starting in the background (background_start); re-raise what its start raised."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.join()
+        error, self._start_error = self._start_error, None
+        if error is not None:
+            raise error
+
     def _run_verifier(self) -> float | None:
+        self._ready()
         if self._failure or self._box is None:
             return None
         if self._killed_by_agent:
@@ -260,6 +292,10 @@ class TaskEnvironment:
         """Stop the episode's sandbox. `wait=False` (after verification) stops it in a background thread: the
         kernel's teardown of a namespace can take a second or two and the episode's result does not wait for it
         (should this process end first, the sandbox dies with its lifeline pipe)."""
+        try:
+            self._ready()
+        except Exception:  # a start that failed outside the sandbox's own errors: nothing to stop
+            pass
         box, self._box = self._box, None
         if box is None:
             return
