@@ -263,7 +263,11 @@ def dry_run(settings: EvalSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if Path(args.results_file).name != args.results_file:  # before the eval runs, not after it
+        parser.error(f"--results_file {args.results_file}: a file name, written into the checkpoint dir (or with "
+                     f"--model_url the jobs dir); pass e.g. --results_file {Path(args.results_file).name}")
     settings = eval_settings.from_args(args)
     if args.dry_run:
         return dry_run(settings)

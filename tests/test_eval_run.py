@@ -47,7 +47,7 @@ def test_terminus_2_with_the_tiny_model_completes_a_job(tmp_path, tiny_model_pat
     shutil.copytree(tiny_model_path, checkpoint)
     # an untrained model never ends its answer, so Terminus-2 re-asks until the (shortened) agent timeout: an
     # agent outcome, scored 0 by the verifier; what must not happen is an infrastructure failure
-    results = eval_run(checkpoint, "--suite", "builtin:terminal", "--agent", "terminus-2", "--concurrency", "2",
+    results = eval_run(checkpoint, "--suite", "builtin:terminal", "--agent", "terminus-2", "--concurrency", "5",
                        "--max_turns", "2", "--max_tokens", "32", "--timeout_multiplier", "0.05")
     assert results["model"] == "run-checkpoint-3" and results["metrics"]["n_trials"] == 10
     assert set(results["metrics"]["exceptions"]) <= {"AgentTimeoutError"}
@@ -57,6 +57,13 @@ def test_terminus_2_with_the_tiny_model_completes_a_job(tmp_path, tiny_model_pat
     for trial in trials:  # the Terminus-2 prompt with the task's instruction went to the served checkpoint
         first = json.loads(trial.read_text())["steps"][0]
         assert first["source"] == "user" and "Task Description" in first["message"]
+
+
+def test_a_results_file_with_a_folder_is_refused_before_the_eval_runs(tmp_path):
+    result = run([sys.executable, "-m", "eval.run", "--checkpoint", str(tmp_path), "--suite", "builtin:terminal",
+                  "--results_file", "out/results.json"])
+    assert result.returncode == 2 and "--results_file out/results.json: a file name" in result.stderr
+    assert "Traceback" not in result.stderr and not list(tmp_path.iterdir())
 
 
 def test_bad_suite_is_one_clear_line(tmp_path):
