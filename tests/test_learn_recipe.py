@@ -61,7 +61,7 @@ def run_small(tmp_path: Path, name: str, agent: str) -> Path:
     out = tmp_path / "learn"
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
                           "--eval_tasks", "2", "--overfit_tasks", "1", "--families", "write-value,count-lines",
-                          "--teacher_concurrency", "4", "--train_seed", "3", "--eval_seed", "7",
+                          "--teacher_concurrency", "6", "--train_seed", "3", "--eval_seed", "7",
                           "--copy_steps", "5"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
