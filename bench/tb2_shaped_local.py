@@ -36,7 +36,7 @@ def build_images(suite: Path, out: Path) -> Path:
     cache = default_cache_dir().parent / "bench-images"
     cache.mkdir(parents=True, exist_ok=True)
     base = cache / "minbase-bookworm.tar"
-    if not base.exists():
+    if not base.is_file():
         print("building a Debian bookworm minbase image with mmdebstrap ...", flush=True)
         build_debian_image(base)
     images = {}
@@ -49,7 +49,7 @@ def build_images(suite: Path, out: Path) -> Path:
             images[ref] = str(base)  # nothing to build on top
         elif task.name in IMAGE_BUILT and ref:
             tar = cache / f"{task.name}.tar"
-            if not tar.exists():
+            if not tar.is_file():
                 print(f"building {task.name}'s image: minbase + its Dockerfile ...", flush=True)
                 build_debian_image(tar, df if df.is_file() else None)
             images[ref] = str(tar)

@@ -276,8 +276,11 @@ def build_debian_image(out: str | Path, dockerfile: Path | None = None, suite: s
     hooks = dockerfile_hooks(dockerfile) if dockerfile else []
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        _run(["mmdebstrap", "--variant=minbase", "--quiet", *[f"--customize-hook={h}" for h in hooks], suite,
-              str(tmp)], f"build a Debian {suite} image" + (f" with {dockerfile}" if dockerfile else ""), timeout)
+        # --format=tar: mmdebstrap picks the format from the name's extension, and the temporary name has none
+        _run(["mmdebstrap", "--variant=minbase", "--format=tar", "--quiet",
+              *[f"--customize-hook={h}" for h in hooks], suite, str(tmp)], f"build a Debian {suite} image" + (f" with {dockerfile}" if dockerfile else ""), timeout)
+        if out.is_dir():  # an earlier build's directory under the tarball's name (before --format=tar)
+            shutil.rmtree(out)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

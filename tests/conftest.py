@@ -102,7 +102,7 @@ def debian_image(name: str, dockerfile: Path | None = None) -> Path:
 
     key = hashlib.sha256("\n".join(dockerfile_hooks(dockerfile) if dockerfile else []).encode()).hexdigest()[:12]
     tar = TEST_IMAGE_CACHE / f"{name}-{key}.tar"
-    if tar.exists():
+    if tar.is_file():  # (a directory of that name is an earlier build's mistake: build_debian_image replaces it)
         return tar
     if shutil.which("mmdebstrap") is None:
         pytest.skip("mmdebstrap is missing (make test installs it: apt-get install mmdebstrap)")
