@@ -41,13 +41,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _chars(messages) -> int:
-    return sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls", []))) for m in messages)
-
-
 def build_corpus(n_records: int, min_tokens: int, max_tokens: int, tokenizer, seed: int) -> list[dict]:
     """Chat trajectories of [min_tokens, max_tokens] tokens: bundled agent chats with (tool call, result) pairs
     repeated before the final answer. Characters per token are measured on one long record first."""
+    from sft_throughput import _chars, lengthen_chat  # bench/, beside this script
     from trainers.masking import tokenize_chat, training_chat_template
     from trainers.records import normalize_chat
 
@@ -55,28 +52,18 @@ def build_corpus(n_records: int, min_tokens: int, max_tokens: int, tokenizer, se
     chats = [json.loads(line) for line in (REPO / "data/sft/agent_tool_calls.jsonl").read_text().splitlines()]
     chats = [c for c in chats if any(m["role"] == "tool" for m in c["messages"])]
 
-    def lengthen(base, target_chars):
-        messages = list(base["messages"])
-        calls = [(m, n) for m, n in zip(messages, messages[1:]) if m["role"] == "assistant" and m.get("tool_calls")
-                 and len(m["tool_calls"]) == 1 and n["role"] == "tool"]
-        chars, extra = _chars(messages), []
-        while chars < target_chars and calls:
-            call, result = rng.choice(calls)
-            extra += [call, result]
-            chars += _chars([call, result])
-        return messages[:-1] + extra + messages[-1:]
-
     template = training_chat_template(tokenizer)
     chars_per_token = []  # per bundled chat: their tool outputs tokenize differently
     for base in chats:
-        messages = lengthen(base, 4 * max_tokens)
+        messages = lengthen_chat(base["messages"], 4 * max_tokens, rng)
         tokens = len(tokenize_chat(tokenizer, template, normalize_chat(messages, base.get("tools")))[0])
         chars_per_token.append(_chars(messages) / tokens)
     rows = []
     for i in range(n_records):
         index = rng.randrange(len(chats))
         target = rng.uniform(min_tokens, max_tokens) * chars_per_token[index]
-        rows.append({"messages": lengthen(chats[index], target), "tools": chats[index].get("tools"),
+        rows.append({"messages": lengthen_chat(chats[index]["messages"], target, rng),
+                     "tools": chats[index].get("tools"),
                      "metadata": {"source_trajectory_uid": f"bench-traj-{i}"}})
     return rows
 

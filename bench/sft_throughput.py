@@ -67,6 +67,19 @@ def _chars(messages) -> int:
     return sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls", []))) for m in messages)
 
 
+def lengthen_chat(messages: list[dict], target_chars: float, rng: random.Random) -> list[dict]:
+    """`messages` with (single tool call, its result) pairs drawn from it repeated before the final answer, until
+    the chat holds `target_chars` characters (unchanged when it has no such pair). bench/corpus_prepare.py uses it too."""
+    calls = [(m, n) for m, n in zip(messages, messages[1:]) if m["role"] == "assistant" and m.get("tool_calls")
+             and len(m["tool_calls"]) == 1 and n["role"] == "tool"]
+    chars, extra = _chars(messages), []
+    while chars < target_chars and calls:
+        call, result = rng.choice(calls)
+        extra += [call, result]
+        chars += _chars([call, result])
+    return messages[:-1] + extra + messages[-1:]
+
+
 def build_corpus(n_records: int, seed: int) -> tuple[list[dict], list[dict]]:
     """Pivot rows (raw NeMo Gym shape) and chat trajectories, lengthened from the bundled samples."""
     rng = random.Random(seed)
@@ -89,13 +102,8 @@ def build_corpus(n_records: int, seed: int) -> tuple[list[dict], list[dict]]:
         pivot_rows.append(row)
     for i in range(n_records - n_records // 2):
         base = rng.choice(chats)
-        messages = list(base["messages"])
-        calls = [(m, n) for m, n in zip(messages, messages[1:]) if m["role"] == "assistant" and m.get("tool_calls")
-                 and len(m["tool_calls"]) == 1 and n["role"] == "tool"]
         target = min(rng.lognormvariate(10.8, 0.7), 250_000)  # median ~49k characters, a tail past max_length
-        while _chars(messages) < target and calls:
-            call, result = rng.choice(calls)
-            messages = messages[:-1] + [call, result] + messages[-1:]
+        messages = lengthen_chat(base["messages"], target, rng)
         chat_rows.append({"messages": messages, "tools": base.get("tools"),
                           "metadata": {"source_trajectory_uid": f"bench-traj-{i}"}})
     return pivot_rows, chat_rows
