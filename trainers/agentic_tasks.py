@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from common.bash_harness import BASH_TOOL, TOOL_NAME, harness_prompt
+from common.digest import files_digest
 from common.errors import ConfigError
 from common.stats import percentile
 from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
@@ -149,12 +149,10 @@ def is_task(path: Path) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def task_digest(task: Path) -> str:
-    """sha256 of a task folder (every file's relative path and bytes): the trainer's and an episode server's copy
-    of a task are the same task only if their digests are (read once per process)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in task.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(task)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    """The digest of a task folder (every file's relative path and bytes, common.digest.files_digest): the
+    trainer's and an episode server's copy of a task are the same task only if their digests are (read once per
+    process)."""
+    return files_digest(sorted(p for p in task.rglob("*") if p.is_file()), task)
 
 
 @functools.lru_cache(maxsize=None)
