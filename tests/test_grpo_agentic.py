@@ -213,6 +213,8 @@ def test_the_learning_start_config_parses_through_the_recipes_parser():
     assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1  # one harness: turns as the trainer's
     assert evals.eval_temperature == 0.0 and grpo.temperature > 0
     assert (grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps) % grpo.num_generations == 0
+    tasks_per_step = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps // grpo.num_generations
+    assert tasks.generate_n >= grpo.max_steps * tasks_per_step  # no train task drawn twice: every step on new tasks
     assert grpo.output_dir == "outputs/grpo-agentic-learn" and grpo.use_cpu
 
 
