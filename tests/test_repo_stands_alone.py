@@ -1,5 +1,5 @@
-"""The repository stands alone: no code, test, config or doc reads or cites a path outside it (a machine's
-/work/..., the design notes or reference files beside a checkout). A clone anywhere passes the same tests."""
+"""The repository stands alone: no code, test, config or doc reads or cites a path outside it (this machine's work
+folder, the design notes or reference files beside a checkout). A clone anywhere passes the same tests."""
 
 import re
 import subprocess
@@ -7,8 +7,10 @@ from pathlib import Path
 
 from conftest import REPO
 
-OUTSIDE = re.compile(r"/work/|\.\./shared|shared/reference|reference/(nemo_gym|terminal_bench|trl|peers)\.md"
-                     r"|DESIGN\.md")
+# each path spelled with a one-letter class ([k], [d], [N]) so that this file does not hold the paths it looks for
+# and is searched like every other file
+OUTSIDE = re.compile(r"/wor[k]/|\.\./share[d]|share[d]/reference|referenc[e]/(nemo_gym|terminal_bench|trl|peers)\.md"
+                     r"|DESIG[N]\.md")
 
 
 def _tracked_text_files() -> list[Path]:
@@ -17,10 +19,9 @@ def _tracked_text_files() -> list[Path]:
 
 
 def test_nothing_reads_or_cites_a_path_outside_the_repository():
-    this = Path(__file__).resolve()
     hits = []
     for path in _tracked_text_files():
-        if path.resolve() == this or not path.is_file():
+        if not path.is_file():
             continue
         try:
             text = path.read_text(encoding="utf-8")
