@@ -44,7 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def build_corpus(n_records: int, min_tokens: int, max_tokens: int, tokenizer, seed: int) -> list[dict]:
     """Chat trajectories of [min_tokens, max_tokens] tokens: bundled agent chats with (tool call, result) pairs
     repeated before the final answer. Characters per token are measured on one long record first."""
-    from sft_throughput import _chars, lengthen_chat  # bench/, beside this script
+    from sft_throughput import message_chars, lengthen_chat  # bench/, beside this script
     from trainers.masking import tokenize_chat, training_chat_template
     from trainers.records import normalize_chat
 
@@ -57,7 +57,7 @@ def build_corpus(n_records: int, min_tokens: int, max_tokens: int, tokenizer, se
     for base in chats:
         messages = lengthen_chat(base["messages"], 4 * max_tokens, rng)
         tokens = len(tokenize_chat(tokenizer, template, normalize_chat(messages, base.get("tools")))[0])
-        chars_per_token.append(_chars(messages) / tokens)
+        chars_per_token.append(message_chars(messages) / tokens)
     rows = []
     for i in range(n_records):
         index = rng.randrange(len(chats))

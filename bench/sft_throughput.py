@@ -63,20 +63,21 @@ def record_lengths(dataset) -> list[int]:
     return [len(ids) for ids in dataset["input_ids"]]
 
 
-def _chars(messages) -> int:
+def message_chars(messages) -> int:
     return sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls", []))) for m in messages)
 
 
 def lengthen_chat(messages: list[dict], target_chars: float, rng: random.Random) -> list[dict]:
     """`messages` with (single tool call, its result) pairs drawn from it repeated before the final answer, until
-    the chat holds `target_chars` characters (unchanged when it has no such pair). bench/corpus_prepare.py uses it too."""
+    the chat holds `target_chars` characters (unchanged when it has no such pair). bench/corpus_prepare.py uses it
+    too."""
     calls = [(m, n) for m, n in zip(messages, messages[1:]) if m["role"] == "assistant" and m.get("tool_calls")
              and len(m["tool_calls"]) == 1 and n["role"] == "tool"]
-    chars, extra = _chars(messages), []
+    chars, extra = message_chars(messages), []
     while chars < target_chars and calls:
         call, result = rng.choice(calls)
         extra += [call, result]
-        chars += _chars([call, result])
+        chars += message_chars([call, result])
     return messages[:-1] + extra + messages[-1:]
 
 
@@ -95,7 +96,7 @@ def build_corpus(n_records: int, seed: int) -> tuple[list[dict], list[dict]]:
         row = json.loads(json.dumps(rng.choice(pivots)))
         items = row["responses_create_params"]["input"]
         target = rng.lognormvariate(10.5, 0.35)  # median ~36k characters, mean ~40k
-        while _chars(items) < target:
+        while message_chars(items) < target:
             assistant, user = rng.choice(exchanges)
             items += [assistant, user]
         row["metadata"]["source_trajectory_uid"] = f"bench-pivot-{i}"
@@ -184,9 +185,9 @@ def main() -> None:
     pivots, chats = build_corpus(args.records, args.seed)
     for name, rows in (("pivot.jsonl", pivots), ("chat.jsonl", chats)):
         (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    prompt_chars = [_chars(r["responses_create_params"]["input"]) for r in pivots]
+    prompt_chars = [message_chars(r["responses_create_params"]["input"]) for r in pivots]
     answer_chars = [len(r["expected_answer"]) for r in pivots]
-    chat_chars = [_chars(r["messages"]) for r in chats]
+    chat_chars = [message_chars(r["messages"]) for r in chats]
 
     common = dict(max_length=args.max_length, per_device_train_batch_size=args.batch_size, num_train_epochs=1,
                   learning_rate=1e-4, lr_scheduler_type="constant", logging_steps=1000, save_strategy="no",

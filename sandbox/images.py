@@ -278,7 +278,8 @@ def build_debian_image(out: str | Path, dockerfile: Path | None = None, suite: s
     try:
         # --format=tar: mmdebstrap picks the format from the name's extension, and the temporary name has none
         _run(["mmdebstrap", "--variant=minbase", "--format=tar", "--quiet",
-              *[f"--customize-hook={h}" for h in hooks], suite, str(tmp)], f"build a Debian {suite} image" + (f" with {dockerfile}" if dockerfile else ""), timeout)
+              *[f"--customize-hook={h}" for h in hooks], suite, str(tmp)],
+             f"build a Debian {suite} image" + (f" with {dockerfile}" if dockerfile else ""), timeout)
         if out.is_dir():  # an earlier build's directory under the tarball's name (before --format=tar)
             shutil.rmtree(out)
         os.replace(tmp, out)
