@@ -9,7 +9,7 @@ Dockerfile replayed), one `bash` tool call per command of the task's reference s
 `--model_seconds` (a time.sleep before every tool call) so that the part outside the model can be measured. This
 measures the sandbox side only; in training a real policy's generation time replaces the sleep.
 
-Tasks: `--tasks` procedural tasks (eval/tasks/generate.py; families write-value, count-lines, count-words,
+Tasks: `--tasks` procedural tasks (harbor_tasks/generate.py; families write-value, count-lines, count-words,
 sum-numbers) in a temporary folder. Baseline: every episode one at a time in one thread with one environment.
 Then, per `--concurrency` value, a ThreadPoolExecutor whose workers each own a TaskEnvironment and share one
 EpisodeStats. Per setting: episodes per minute, the speedup over the baseline, mean sandbox start and verify
@@ -45,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common.net import free_port, stop_process, wait_until_healthy  # noqa: E402
-from eval.tasks.generate import generate  # noqa: E402
-from trainers.agentic_tasks import oracle_episode  # noqa: E402
-from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment  # noqa: E402
-from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment  # noqa: E402
+from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment  # noqa: E402
+from episodes.oracle import oracle_episode  # noqa: E402
+from episodes.remote import EpisodeServers, RemoteTaskEnvironment  # noqa: E402
+from harbor_tasks.generate import generate  # noqa: E402
 
 FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
 

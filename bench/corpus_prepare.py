@@ -44,9 +44,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def build_corpus(n_records: int, min_tokens: int, max_tokens: int, tokenizer, seed: int) -> list[dict]:
     """Chat trajectories of [min_tokens, max_tokens] tokens: bundled agent chats with (tool call, result) pairs
     repeated before the final answer. Characters per token are measured on one long record first."""
-    from sft_throughput import message_chars, lengthen_chat  # bench/, beside this script
-    from trainers.masking import tokenize_chat, training_chat_template
-    from trainers.records import normalize_chat
+    from sft_throughput import lengthen_chat, message_chars  # bench/, beside this script
+
+    from chat_corpus.masking import tokenize_chat, training_chat_template
+    from chat_corpus.records import normalize_chat
 
     rng = random.Random(seed)
     chats = [json.loads(line) for line in (REPO / "data/sft/agent_tool_calls.jsonl").read_text().splitlines()]
@@ -108,9 +109,9 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from trainers.masking import tokenize_chat, training_chat_template
-    from trainers.records import normalize_chat
-    from trainers.tiny_model import resolve_model
+    from chat_corpus.masking import tokenize_chat, training_chat_template
+    from chat_corpus.records import normalize_chat
+    from modeling.tiny_model import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model_name_or_path))
     tmp = Path(tempfile.mkdtemp(prefix="corpus-prepare-bench-"))

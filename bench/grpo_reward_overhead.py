@@ -5,7 +5,7 @@
 A stand-in /verify server (`python tests/servers.py slow-verify`: uvicorn, in its own process on loopback, so it
 shares neither the GIL nor the event loop of the client measured) sleeps `--delay` seconds per request and returns
 a reward. Side by side in one process, the same 64 completions are scored:
-- ours: the GRPO recipe's reward function (`trainers.reward_client.make_reward_function`): all requests
+- ours: the GRPO recipe's reward function (`rewards.client.make_reward_function`): all requests
   concurrent over pooled connections, as TRL awaits it on its async loop;
 - baseline: one request at a time, awaited in turn (a plain loop over the rows, as a synchronous reward
   function with an HTTP call per completion does).
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from common.net import free_port, wait_until_healthy
-    from trainers.reward_client import RewardClient, RewardClientConfig, make_reward_function
+    from rewards.client import RewardClient, RewardClientConfig, make_reward_function
 
     port = free_port()
     server = subprocess.Popen([sys.executable, str(REPO / "tests/servers.py"), "slow-verify", "--port", str(port),

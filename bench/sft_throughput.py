@@ -11,7 +11,7 @@ max_length and optimizer settings, and both train on assistant tokens only:
 - baseline: TRL's defaults (no packing, pad to the longest record of the batch, keep_start truncation and
   silent dropping of records left without trained tokens), with `assistant_only_loss=True`.
 Reported: trained (non-padding) tokens per second, the fraction of computed positions that are padding, and
-records silently dropped; on a GPU, peak memory and MFU by trainers/flops.py's formula (6 x matmul weights x
+records silently dropped; on a GPU, peak memory and MFU by modeling/flops.py's formula (6 x matmul weights x
 tokens, plus each record's own causal attention, against --peak_tflops), and the dense-only MFU (6 x weights x
 tokens) beside it. Ours runs `attn_implementation: varlen` (flash-attn's kernels where installed, else PyTorch's
 varlen attention on CUDA, one SDPA call per record on CPU); `--use_liger_kernel` adds Liger to ours only.
@@ -166,13 +166,13 @@ def main() -> None:
     from transformers import AutoConfig, AutoTokenizer
     from trl import SFTConfig
 
-    from trainers.flops import flops_model
-    from trainers.kernels import check_liger, select_attention
-    from trainers.sft_corpus import CorpusArguments, build_sft_corpus
-    from trainers.sources import Source, load_source
-    from trainers.tiny_model import resolve_model
+    import modeling.varlen_attention  # noqa: F401  (registers attn_implementation "varlen")
+    from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
+    from chat_corpus.sources import Source, load_source
+    from modeling.flops import flops_model
+    from modeling.kernels import check_liger, select_attention
+    from modeling.tiny_model import resolve_model
     from trainers.token_accounting import CountingSFTTrainer
-    import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen")
 
     disable_progress_bar()
     tmp = Path(tempfile.mkdtemp(prefix="sft-bench-"))
@@ -249,7 +249,7 @@ def main() -> None:
                    "trajectory_chars_median": sorted(chat_chars)[len(chat_chars) // 2],
                    "trajectory_chars_max": max(chat_chars)},
         "max_length": args.max_length, "batch_size": args.batch_size, "ours_attention": ours_attention,
-        "flops_formula": "trainers/flops.py: 6*P*L + 12*A*H*d*L^2/2 (+ linear-attention recurrences) per record",
+        "flops_formula": "modeling/flops.py: 6*P*L + 12*A*H*d*L^2/2 (+ linear-attention recurrences) per record",
         "flops_model": flops.__dict__,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "model": args.random_model or args.model_name_or_path, "versions": {

@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from eval.preflight import preflight  # noqa: E402
-from sandbox.images import build_debian_image, default_cache_dir  # noqa: E402
+from harbor_tasks.folder import TaskFolder, task_folders  # noqa: E402
 from sandbox import dockerfile  # noqa: E402
+from sandbox.images import build_debian_image, default_cache_dir  # noqa: E402
 
 IMAGE_BUILT = ("log-error-count", "prebuilt-image-only")  # their docker_image is built here; the rest get a FROM
 
@@ -40,10 +41,8 @@ def build_images(suite: Path, out: Path) -> Path:
         print("building a Debian bookworm minbase image with mmdebstrap ...", flush=True)
         build_debian_image(base)
     images = {}
-    for task in sorted(p for p in suite.iterdir() if (p / "task.toml").is_file()):
-        toml = (task / "task.toml").read_text()
-        ref = next((line.split("=", 1)[1].strip().strip('"') for line in toml.splitlines()
-                    if line.startswith("docker_image")), None)
+    for task in task_folders(suite):
+        ref = TaskFolder.of(task).docker_image
         df = task / "environment" / "Dockerfile"
         if task.name in IMAGE_BUILT and ref and not df.is_file():
             images[ref] = str(base)  # nothing to build on top
@@ -98,9 +97,7 @@ def main() -> int:
             settings["images + network=pasta"] = f"images={images} network=pasta"
     runs = {name: oracle(suite, work, f"run{i}", kwargs) for i, (name, kwargs) in enumerate(settings.items())}
     verdicts = {t["task"]: t for t in preflight(suite, "local")["tasks"]}
-    shapes = {p.name: next((line.split("=", 1)[1].strip().strip('"') for line in
-                            (p / "task.toml").read_text().splitlines() if line.startswith("shape")), "")
-              for p in suite.iterdir() if (p / "task.toml").is_file()}
+    shapes = {p.name: TaskFolder.of(p).metadata.get("shape", "") for p in task_folders(suite)}
     header = ["task", "shape", "preflight (offline)", *settings]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for task in sorted(verdicts):

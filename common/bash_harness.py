@@ -1,4 +1,4 @@
-"""The bash-tool harness, defined once: what the agentic GRPO trainer (trainers/task_env.py, trainers/agentic_tasks.py)
+"""The bash-tool harness, defined once: what the agentic GRPO trainer (episodes/local.py, trainers/agentic.py)
 and the eval agent (harbor_plugins/bash_tool_agent.py) must share byte for byte.
 
 - the prompt: the task's instruction plus one line on how to act (`harness_prompt`);
@@ -17,6 +17,7 @@ Runs in: any Python >= 3.11, standard library only: the training venv imports it
 from __future__ import annotations
 
 TOOL_NAME = "bash"
+FINAL_ANSWER = "Done."  # the last turn of a solved episode: an answer without a tool call ends it (teacher, oracle)
 HARNESS_NOTE = ("You are in a Linux shell sandbox; the task's files are under /app. Run commands with the bash tool, "
                 "one call per command line. When the task is done, answer in one sentence without a tool call.")
 DEFAULT_COMMAND_TIMEOUT_SEC = 30.0   # one call; past it the command is killed and the model told so

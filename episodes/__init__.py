@@ -1,7 +1,7 @@
 """The episode server (`python -m episodes.server`): agentic GRPO's sandboxes on CPU nodes apart from the GPU
 trainers, NeMo Gym style (seed a session, call its tool, verify, close). Each session is one
-`trainers.task_env.TaskEnvironment` episode, so the rewards, limits and failure kinds are the trainer's own;
-the trainer side is `trainers.remote_task_env.RemoteTaskEnvironment` (config key `sandbox_urls`).
+`episodes.local.TaskEnvironment` episode, so the rewards, limits and failure kinds are the trainer's own;
+the trainer side is `episodes.remote.RemoteTaskEnvironment` (config key `sandbox_urls`).
 
 Runs in the training venv (.venv, Python >= 3.11): FastAPI, uvicorn and the standard-library sandbox core; it
 imports no torch.

@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m episodes.server", description=(
         "Episode server for agentic GRPO: each session is one episode of a Harbor task in a fresh local sandbox "
-        "(trainers/task_env.py's TaskEnvironment: the same tool output, rewards, limits and failure kinds as in "
+        "(episodes/local.py's TaskEnvironment: the same tool output, rewards, limits and failure kinds as in "
         "the trainer). POST /seed_session, /bash, /verify, /close_session, /keepalive; GET /health."))
     p.add_argument("--tasks", required=True, nargs="+", type=Path,
                    help="folders of Harbor task folders; a session names its task by folder name (first match)")

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from common.errors import RequestError
 from common.stats import percentile
-from trainers.agentic_tasks import is_task, task_digest
-from trainers.task_env import (EpisodeLimits, EpisodeStats, TaskEnvironment, end_episode, episode_failure,
-                               episode_reward, verifier_timeout_sec)
+from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, end_episode, episode_failure, episode_reward
+from harbor_tasks.folder import TaskFolder, is_task
 
 logger = logging.getLogger("episodes")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -64,7 +63,7 @@ class EpisodeSessions:
         """Start an episode of the task named `task_id` under the task roots. RequestError: unknown task (404), a
         copy that differs from the trainer's (409), bad limits (422); AtCapacity when every slot is taken."""
         task = self.find_task(task_id)
-        if digest is not None and digest != task_digest(task):
+        if digest is not None and digest != TaskFolder.of(task).digest:
             raise RequestError(f"task_id {task_id!r}: this server's copy ({task}) differs from the trainer's "
                                "(task_digest): point --tasks at the same task folders the trainer reads", 409,
                                "task_digest")
@@ -97,7 +96,7 @@ class EpisodeSessions:
             self._live[session.id] = session
             self.events["opened"] += 1
         return {"resources_session_id": session.id, "task_id": task_id, "lease_sec": self.lease_sec,
-                "verifier_timeout_sec": verifier_timeout_sec(task),
+                "verifier_timeout_sec": TaskFolder.of(task).verifier_timeout_sec,
                 "start_seconds": round(stats.start_seconds[-1], 4) if stats.start_seconds else None}
 
     def bash(self, session_id: str, command: str) -> dict:

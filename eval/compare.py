@@ -10,7 +10,7 @@ writes (eval/results.py): {"checkpoint", "global_step", "suite", "agent", "model
 run/checkpoint/step and, for each suite, its metrics; the plot shows score against step, one line per run and
 suite (mean_reward with the leaderboard stderr, plus MT@k and case_score for multi-step suites). `--json`
 prints the rows instead of the table. `--by_family` adds a table of the mean reward per family of generated tasks
-(eval/tasks/generate.py names them `<family>-<seed>-<index>`), trials over tasks: which families a checkpoint gets
+(harbor_tasks/generate.py names them `<family>-<seed>-<index>`), trials over tasks: which families a checkpoint gets
 partly right (e.g. at the GRPO sampling temperature, `eval.run --temperature 1.0 --attempts 4`). Exit status 2, with one line on stderr, when a DIR is missing or holds
 no eval results.
 """

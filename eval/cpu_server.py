@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common.errors import RequestError
-from eval.openai_api import (chat_completion, create_app as create_openai_app, message_text, model_list, request_tools,
-                             tool_call)
+from eval.openai_api import chat_completion, message_text, model_list, request_tools, tool_call
+from eval.openai_api import create_app as create_openai_app
+from modeling.tiny_model import resolve_model as resolve_checkpoint
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
 # vLLM's hermes tool parser's pattern: closed blocks, or an unclosed one running to the end of the answer
@@ -116,7 +117,6 @@ class Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from trainers.tiny_model import resolve_model as resolve_checkpoint
 
         self.torch = torch
         path = resolve_checkpoint(checkpoint)

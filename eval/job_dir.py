@@ -16,7 +16,7 @@ Each trial becomes
      "success_count", "exception"}], "exception", "outcome", "infra_kind"}
 
 `outcome` is scored, agent_failure or infra_failure and `infra_kind` the infrastructure failure's kind
-(eval/outcomes.py decides both from the exception and whether the agent started: result.json's
+(harbor_tasks.verdict decides both from the exception and whether the agent started: result.json's
 `environment_setup` recorded with no `agent_execution`, at trial or step level, means it never did).
 
 `reward` is the trial's `verifier_result.rewards` (the "reward" key, else the only key, else the mean of the
@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval import metrics as M
-from eval import outcomes
+from harbor_tasks.folder import TaskFolder
+from harbor_tasks.verdict import classify, read_reward_dir, reward_from_rewards
 
 CASE_SUMMARY = re.compile(r"CASE_SUMMARY\b(?P<rest>.*)")
 _KV = re.compile(r"(total_cases|success_count)\s*=\s*(\d+)")
@@ -107,33 +107,6 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _reward_value(rewards: Any) -> float | None:
-    """One number from a Harbor rewards dict: "reward", else the only value, else the mean of the values."""
-    if isinstance(rewards, bool):
-        return None
-    if isinstance(rewards, (int, float)):
-        return float(rewards)
-    if not isinstance(rewards, dict) or not rewards:
-        return None
-    values = [v for v in rewards.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if "reward" in rewards and isinstance(rewards["reward"], (int, float)):
-        return float(rewards["reward"])
-    if not values:
-        return None
-    return float(sum(values) / len(values))
-
-
-def read_reward_files(verifier_dir: Path) -> float | None:
-    """The reward Harbor would read from a verifier dir: reward.json first, then reward.txt."""
-    data = _read_json(verifier_dir / "reward.json") if (verifier_dir / "reward.json").is_file() else None
-    if data is not None:
-        return _reward_value(data)
-    try:
-        return float((verifier_dir / "reward.txt").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def parse_case_summary(text: str) -> tuple[int | None, int | None]:
     """(total_cases, success_count) from the last `CASE_SUMMARY total_cases=N success_count=M` line."""
     total = success = None
@@ -184,13 +157,7 @@ def _natural_key(name: str):
 
 
 def _declared_steps(task_dir: Path) -> list[str] | None:
-    try:
-        with (task_dir / "task.toml").open("rb") as f:
-            cfg = tomllib.load(f)
-    except (OSError, ValueError):
-        return None
-    steps = [s.get("name") for s in cfg.get("steps") or [] if isinstance(s, dict)]
-    return [s for s in steps if s] or None
+    return TaskFolder.of(task_dir).steps or None
 
 
 def _task_dir_candidates(job_path: Path, trial_config: dict) -> list[Path]:
@@ -225,9 +192,9 @@ def _round_record(index: int, name: str, step_result: dict | None, step_dir: Pat
     verifier_dir = step_dir / "verifier"
     reward = None
     if step_result is not None and step_result.get("verifier_result") is not None:
-        reward = _reward_value((step_result.get("verifier_result") or {}).get("rewards"))
+        reward = reward_from_rewards((step_result.get("verifier_result") or {}).get("rewards"))
     elif step_result is None:
-        reward = read_reward_files(verifier_dir)
+        reward = read_reward_dir(verifier_dir)
     total, success = read_case_summary(verifier_dir)
     return {"round": index, "name": name, "reward": reward, "total_cases": total, "success_count": success,
             "exception": _exception_type((step_result or {}).get("exception_info"))}
@@ -259,7 +226,7 @@ def read_trial(trial_dir: Path) -> dict:
         rounds = [_round_record(i, name, None, steps_dir / name) for i, name in enumerate(names, start=1)]
 
     if result is not None:
-        reward = _reward_value((result.get("verifier_result") or {}).get("rewards"))
+        reward = reward_from_rewards((result.get("verifier_result") or {}).get("rewards"))
         exception = _exception_type(result.get("exception_info"))
     else:
         # No result.json: Harbor never finished the trial, so it has no reward (counts 0), even if a
@@ -268,7 +235,7 @@ def read_trial(trial_dir: Path) -> dict:
         exception = exception_from_text(trial_dir / "exception.txt")
     if exception is None:
         exception = next((r["exception"] for r in rounds if r["exception"]), None)
-    outcome, infra_kind = outcomes.classify(exception, _agent_started(result))
+    outcome, infra_kind = classify(exception, _agent_started(result))
 
     return {"task": task, "trial": trial_dir.name, "attempt": None, "reward": reward, "rounds": rounds,
             "exception": exception, "outcome": outcome, "infra_kind": infra_kind,

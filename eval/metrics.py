@@ -56,20 +56,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from eval import outcomes
-from sandbox.verifier import PASS_THRESHOLD
+from harbor_tasks.verdict import OUTCOMES, PASS_THRESHOLD, passed  # noqa: F401  (PASS_THRESHOLD: the docstring's)
 
-# A round or trial "passes" at reward >= PASS_THRESHOLD, 0.999 (EvoCode-Bench's compute_metrics.py uses it; Harbor's
-# pass_at_k only accepts exact 0/1 rewards, for which it is the same); sandbox/verifier.py owns the number, as the
-# local sandbox's verifier check uses it too.
+# A round or trial "passes" at reward >= PASS_THRESHOLD (harbor_tasks.verdict.passed: Harbor's pass_at_k only accepts
+# exact 0/1 rewards, for which it is the same); RL episodes and the Harbor adapter use the same rule.
 
 
 def reward_or_zero(reward: float | None) -> float:
     """A missing reward counts 0 (Harbor's Mean, the leaderboard's COALESCE(reward, 0))."""
     return 0.0 if reward is None else float(reward)
-
-
-def passed(reward: float | None) -> bool:
-    return reward is not None and reward >= PASS_THRESHOLD
 
 
 def by_task(trials: Iterable[Mapping]) -> dict[str, list[Mapping]]:
@@ -279,7 +274,7 @@ def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | Non
         "n_infra_errors": sum(infra.values()),
         "infra_errors": infra,
         "infra_errors_counted": "excluded" if infra_errors == "exclude" else "as 0",
-        "outcomes": {o: sum(1 for t in trials if outcomes.outcome_of(t)[0] == o) for o in outcomes.OUTCOMES},
+        "outcomes": {o: sum(1 for t in trials if outcomes.outcome_of(t)[0] == o) for o in OUTCOMES},
         "exceptions": exception_counts(trials),
     }
     if is_multi_step(trials) or any((n_rounds or {}).values()):

@@ -24,14 +24,14 @@ import os
 import re
 import shlex
 import shutil
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harbor_tasks.folder import TaskFolder, TaskFolderError, read_config, task_folders
+from harbor_tasks.verdict import VERIFIER_TOOLS
 from sandbox import dockerfile
 from sandbox.core import DEFAULT_PATH
 from sandbox.images import ImageStore, load_images_file
-from sandbox.verifier import VERIFIER_TOOLS
 
 RUNS, DIFFERS, CANNOT = "runs", "differs", "cannot"
 # commands that download when they run (the first word, and what must follow it)
@@ -150,18 +150,7 @@ def missing_commands(names: list[str], path: str = DEFAULT_PATH) -> list[str]:
 # ---------------------------------------------------------------- tasks
 
 def task_dirs(suite_dir: Path) -> list[Path]:
-    if (suite_dir / "task.toml").is_file():
-        return [suite_dir]
-    return sorted(p for p in suite_dir.iterdir() if (p / "task.toml").is_file())
-
-
-def _test_scripts(task_dir: Path, config: dict) -> list[Path]:
-    scripts = [task_dir / "tests" / "test.sh"]
-    for step in config.get("steps") or []:
-        name = step.get("name") if isinstance(step, dict) else None
-        if name:
-            scripts.append(task_dir / "steps" / name / "tests" / "test.sh")
-    return [s for s in scripts if s.is_file()]
+    return task_folders(suite_dir)
 
 
 def parse_env_kwargs(text: str | None) -> dict[str, str]:
@@ -178,16 +167,13 @@ def parse_env_kwargs(text: str | None) -> dict[str, str]:
 def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: ImageStore | None) -> TaskCheck:
     check = TaskCheck(task_dir.name)
     try:
-        with (task_dir / "task.toml").open("rb") as f:
-            config = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as err:
+        read_config(task_dir)
+    except TaskFolderError as err:
         check.cannot(f"task.toml unreadable: {err}")
         return check
-    env_cfg = config.get("environment") or {}
-    image = env_cfg.get("docker_image")
-    # Harbor's rule: network_mode (public by default), else the older allow_internet
-    allow_internet = (env_cfg["network_mode"] == "public" if "network_mode" in env_cfg
-                      else bool(env_cfg.get("allow_internet", True)))
+    task = TaskFolder.of(task_dir)
+    image = task.docker_image
+    allow_internet = task.allow_internet  # Harbor's rule: network_mode (public by default), else allow_internet
     df = task_dir / "environment" / "Dockerfile"
     compose = (task_dir / "environment" / "docker-compose.yaml").is_file() and not df.is_file()
     base = dockerfile.base_image(df)
@@ -228,7 +214,7 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
             if lacking and not downloads:
                 check.cannot(f"the build calls {', '.join(lacking)}, not in the host userland")
     # the verifier
-    for script in _test_scripts(task_dir, config):
+    for script in task.test_scripts():
         text = script.read_text(errors="replace")
         rel = script.relative_to(task_dir)
         downloads = network_lines(text)

@@ -23,7 +23,7 @@ under --env and why not (eval/preflight.py).
 
 `--model_url URL --model NAME` instead of `--checkpoint`: the agent drives a model that is already served behind
 an OpenAI-compatible URL (a teacher on vLLM, a hosted API, eval/scripted_teacher.py), nothing is served; one
-command evaluates a baseline or collects teacher trajectories (trainers/sources.py reads the Harbor job dirs as
+command evaluates a baseline or collects teacher trajectories (chat_corpus/sources.py reads the Harbor job dirs as
 SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches the agent (LiteLLM's hosted_vllm provider, or
 the bash-tool agent) through the harbor subprocess's environment, never its command line. The job dirs go to
 --jobs_dir (default outputs/evals/<model>) and eval_results.json into that jobs dir.
@@ -43,15 +43,16 @@ from pathlib import Path
 
 from common.checkpoints import global_step
 from eval import settings as eval_settings
-from eval.preflight import parse_env_kwargs
+from eval.job_dir import read_job
+from eval.preflight import parse_env_kwargs, preflight, report_lines
 from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
+from eval.serve import sanitize_model_name, serve_checkpoint
 from eval.settings import EvalSettings
 from eval.wandb_log import log_to_run
+from harbor_tasks.suites import BUILTIN_SUITES, is_dataset_name
 
 REPO = Path(__file__).resolve().parents[1]
 HARBOR_VENV = REPO / ".venv-harbor"
-BUILTIN_SUITES = {"builtin:terminal": REPO / "eval" / "tasks" / "terminal",
-                  "builtin:evocode": REPO / "eval" / "tasks" / "evocode"}
 LOCAL_ENV = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
 # agents of this repo, which Harbor loads by import path (its own are passed by name)
 AGENT_IMPORT_PATHS = {"bash-tool": "harbor_plugins.bash_tool_agent:BashToolAgent"}
@@ -94,7 +95,7 @@ def suite_source(suite: str) -> list[str]:
         return ["-p", str(Path(suite).resolve())]
     if suite.startswith("builtin:"):
         raise EvalError(f"--suite {suite}: unknown built-in suite; use one of {', '.join(BUILTIN_SUITES)}")
-    if "@" in suite or "/" in suite:
+    if is_dataset_name(suite):
         return ["-d", suite]
     raise EvalError(f"--suite {suite}: not a built-in suite, a local path or a Harbor dataset name (name@version "
                     "or org/name)")
@@ -154,8 +155,6 @@ def run_harbor(command: list[str], job_dir: Path, log_path: Path, extra_env: dic
 def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULTS_FILE,
              progress=print) -> dict:
     """Run one suite on one checkpoint and write `results_file` into the checkpoint dir."""
-    from eval.job_dir import read_job
-    from eval.serve import serve_checkpoint
 
     invalid = eval_settings.choice_error(settings)
     if invalid:
@@ -189,8 +188,6 @@ def evaluate_endpoint(model_url: str, model: str, settings: EvalSettings, api_ke
     """Run one suite with Terminus-2 or the bash-tool agent (settings.agent) driving `model` at `model_url`
     (OpenAI-compatible, served elsewhere); the Harbor jobs go to settings.jobs_dir (default outputs/evals/<model>)
     and `results_file` into that jobs dir."""
-    from eval.job_dir import read_job
-    from eval.serve import sanitize_model_name
 
     invalid = eval_settings.choice_error(settings)
     if invalid:
@@ -247,7 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dry_run(settings: EvalSettings) -> int:
     """Preflight of --suite under --env (eval/preflight.py): a line per task and a summary; nothing runs."""
-    from eval.preflight import preflight, report_lines
 
     try:
         source = suite_source(settings.suite)

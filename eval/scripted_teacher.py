@@ -13,7 +13,7 @@ task: teacher data for SFT, and a check of the collect-trajectories path.
   `bash <<'SOLVE_EOF' ... SOLVE_EOF` block (heredocs, loops and continued lines run as written).
 - Every later turn: no commands and `"task_complete": true` (Terminus-2 asks to confirm completion once).
 - With `tools` (which must name `bash`): one `bash` tool call per turn, the calls `bash_tool_commands` makes of
-  solve.sh (the oracle episodes of trainers/agentic_tasks.py are the same calls), then the answer "Done." without a
+  solve.sh (the oracle episodes of trainers/agentic.py are the same calls), then the answer "Done." without a
   tool call, which ends the episode.
 
     python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
@@ -35,63 +35,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.bash_harness import TOOL_NAME
+from common.bash_harness import FINAL_ANSWER, TOOL_NAME
 from common.errors import RequestError
-from eval.openai_api import (chat_completion, create_app as create_openai_app, message_text, model_list, request_tools,
-                             tool_call)
-from eval.settings import MODEL_AGENTS
+from common.net import free_port, stop_process, wait_until_healthy
+from eval.openai_api import chat_completion, message_text, model_list, request_tools, tool_call
+from eval.openai_api import create_app as create_openai_app
+from eval.run import evaluate_endpoint
+from eval.settings import MODEL_AGENTS, EvalSettings
+from harbor_tasks.solution import bash_tool_commands, complete_command, heredoc, solution_lines
 
 DEFAULT_MODEL = "teacher"
-FINAL_ANSWER = "Done."  # the teacher's last turn in the bash-tool harness (and the oracle episodes')
-HEREDOC_END = "SOLVE_EOF"
-_SKIP_LINE = re.compile(r"^\s*(#.*|set\s+-[euxo]+.*|)$")  # shebang, comments, `set -euo pipefail`, blank
-_CD_ONLY = re.compile(r"^cd(\s+[^;&|<>()`]+)?$")  # a line that only changes the directory
-WORKDIR_CD = 'cd "${APP_DIR:-/app}"'  # how the tasks' solve.sh start: the workdir, where every call starts anyway
 _SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
-
-
-def solution_lines(script: str) -> list[str]:
-    """The lines of a solution script that do something (not the shebang, comments, `set -e...` or blank lines)."""
-    return [line for line in script.splitlines() if not _SKIP_LINE.match(line)]
-
-
-def heredoc(script: str) -> str:
-    """A whole script as one command line: `bash <<'SOLVE_EOF'` ... `SOLVE_EOF` (heredocs, loops and continued lines
-    run as written)."""
-    body = script if script.endswith("\n") else script + "\n"
-    return f"bash <<'{HEREDOC_END}'\n{body}{HEREDOC_END}"
-
-
-def bash_tool_commands(script: str) -> list[str]:
-    """A solution script as calls of the bash-tool harness (common/bash_harness.py), where every call is a new shell
-    in the task's workdir: one call per command line when every line is a complete command, each run where the
-    script would run it (a line that is only `cd DIR` is not a call: the commands after it go `cd DIR && ...`; the
-    script's `cd "${APP_DIR:-/app}"`, the workdir, is dropped), else the whole script as one heredoc call. Oracle
-    episodes (trainers/agentic_tasks.py) and the teacher's tool calls are these."""
-    lines = [line.strip() for line in solution_lines(script)]
-    if not (lines and all(_complete_command(line) for line in lines)):
-        return [heredoc(script)]
-    commands: list[str] = []
-    where: str | None = None  # the `cd`s since the workdir, as one prefix
-    for line in lines:
-        if line == WORKDIR_CD:
-            where = None
-        elif _CD_ONLY.match(line):
-            where = f"{where} && {line}" if where else line
-        else:
-            commands.append(f"{where} && {line}" if where else line)
-    return commands
 
 
 def _squash(text: str) -> str:
     return " ".join(text.split())
-
-
-def _complete_command(line: str) -> bool:
-    """A line that is a whole command on its own (bash parses it), not part of a heredoc, loop or continuation."""
-    if line.rstrip().endswith("\\") or "<<" in line:
-        return False
-    return subprocess.run(["bash", "-n", "-c", line], capture_output=True).returncode == 0
 
 
 def _duration(command: str) -> float:
@@ -108,7 +66,7 @@ class ScriptedTask:
     def commands(self) -> list[dict]:
         """The reference solution as Terminus-2 command objects."""
         lines = solution_lines(self.script)
-        if lines and all(_complete_command(line) for line in lines):
+        if lines and all(complete_command(line) for line in lines):
             return [{"keystrokes": line + "\n", "duration": _duration(line)} for line in lines]
         block = heredoc(self.script)
         return [{"keystrokes": block + "\n", "duration": float(min(30, 4 + (block.count("\n") - 1) // 8))}]
@@ -133,7 +91,7 @@ class ScriptedTask:
 
 
 def action_text(action: dict) -> str:
-    """An action as the teacher writes it (the layout Harbor's ATIF converter, trainers/harbor_trajectory.py,
+    """An action as the teacher writes it (the layout Harbor's ATIF converter, chat_corpus/harbor_trajectory.py,
     rebuilds)."""
     return json.dumps(action, indent=2, ensure_ascii=False)
 
@@ -210,9 +168,6 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
     """Serve the teacher on a free loopback port and run `agent` (terminus-2 or bash-tool) on every task of
     `tasks_dir` against it (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json,
     lands in `jobs_dir`. Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
-    from common.net import free_port, stop_process, wait_until_healthy
-    from eval.run import evaluate_endpoint
-    from eval.settings import EvalSettings
 
     port = free_port()
     log_path = Path(jobs_dir) / "scripted_teacher.log"

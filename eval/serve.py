@@ -37,6 +37,7 @@ from pathlib import Path
 from common.net import free_port, stop_process, wait_until_healthy
 from eval import cpu_server
 from eval.cpu_server import DEFAULT_MAX_NEW_TOKENS_CAP
+from modeling.tiny_model import resolve_model
 
 BACKENDS = ("auto", "cpu", "vllm")
 MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # Harbor's hosted_vllm/<name> rule
@@ -61,7 +62,6 @@ def default_served_name(checkpoint: str) -> str:
 
 def resolve_checkpoint(checkpoint: str) -> str:
     """A local path for a checkpoint dir, a Hugging Face name or builtin:tiny-qwen3."""
-    from trainers.tiny_model import resolve_model
 
     return resolve_model(checkpoint)
 

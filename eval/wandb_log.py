@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from eval.outcomes import INFRA_KINDS
 from eval.results import TASK_KEYS, suite_slug
+from harbor_tasks.verdict import INFRA_KINDS
 
 
 def eval_payload(results: dict) -> dict:

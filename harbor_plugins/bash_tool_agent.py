@@ -1,5 +1,5 @@
 """``-a harbor_plugins.bash_tool_agent:BashToolAgent`` (``eval.run --agent bash-tool``): the bash-tool harness that
-agentic GRPO trains (recipes/grpo_agentic.py, trainers/task_env.py), as a Harbor agent, so a checkpoint is scored
+agentic GRPO trains (recipes/grpo_agentic.py, episodes/local.py), as a Harbor agent, so a checkpoint is scored
 acting the way it was trained.
 
 Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path, with this repo on
@@ -30,7 +30,7 @@ means): ``ContextLengthExceededError`` (Harbor's, for a 400 that names the conte
 
 Writes ``trajectory.json`` (ATIF) into the agent's logs dir: the user prompt, one agent step per model call (its
 text, tool calls with their arguments, the tool output as the observation, token counts), the tool's schema in
-``agent.tool_definitions``; trainers/harbor_trajectory.py reads it back as an OpenAI tool-calling chat with
+``agent.tool_definitions``; chat_corpus/harbor_trajectory.py reads it back as an OpenAI tool-calling chat with
 ``tools``, an SFT record. The AgentContext gets the token counts summed over the model calls.
 """
 
@@ -51,13 +51,29 @@ from harbor.agents.options import AgentOptions
 from harbor.environments.base import BaseEnvironment
 from harbor.llms.base import ContextLengthExceededError
 from harbor.models.agent.context import AgentContext
-from harbor.models.trajectories import (Agent, FinalMetrics, Metrics, Observation, ObservationResult, Step, ToolCall,
-                                        Trajectory)
+from harbor.models.trajectories import (
+    Agent,
+    FinalMetrics,
+    Metrics,
+    Observation,
+    ObservationResult,
+    Step,
+    ToolCall,
+    Trajectory,
+)
 from harbor.utils.trajectory_utils import format_trajectory_json
 from pydantic import Field
 
-from common.bash_harness import (BASH_TOOL, DEFAULT_COMMAND_TIMEOUT_SEC, DEFAULT_MAX_OUTPUT_CHARS, TOOL_NAME,
-                                 call_error, format_output, harness_prompt, timeout_message)
+from common.bash_harness import (
+    BASH_TOOL,
+    DEFAULT_COMMAND_TIMEOUT_SEC,
+    DEFAULT_MAX_OUTPUT_CHARS,
+    TOOL_NAME,
+    call_error,
+    format_output,
+    harness_prompt,
+    timeout_message,
+)
 
 __all__ = ["BashToolAgent", "ModelCallError"]
 

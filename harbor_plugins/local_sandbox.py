@@ -19,7 +19,7 @@ sandbox" section. Harbor-specific parts live here:
   ``public``); never for a task that does not;
 - failures named: a build failure is Harbor's ``SandboxBuildFailedError`` (or ``NetworkNeededError`` when the
   step asked for a name), and after the verifier's ``tests/test.sh`` ran, a reward that did not pass is checked
-  by ``sandbox.verifier.diagnose``: ``NetworkNeededError`` or ``VerifierToolsMissingError`` instead of a silent 0;
+  by ``harbor_tasks.verdict.judge_verifier_run``: ``NetworkNeededError`` or ``VerifierToolsMissingError`` instead of a silent 0;
 - ``/logs/*`` created at start, the task's folder, dataset folder and jobs folder hidden, the default user.
 """
 
@@ -33,10 +33,10 @@ from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFa
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.models.trial.paths import EnvironmentPaths
 
+from harbor_tasks.verdict import READ_VERIFIER_FILES, judge_verifier_run, parse_verifier_files
 from sandbox import EnvironmentBuildError, Sandbox, SandboxConfig, SandboxError, dockerfile, missing_host_tools
 from sandbox.config import NETWORKS
 from sandbox.images import ImageRoot, ImageStore, load_images_file
-from sandbox.verifier import diagnose, reward_of
 
 __all__ = ["LocalSandboxEnvironment"]
 
@@ -210,25 +210,21 @@ class LocalSandboxEnvironment(BaseEnvironment):
         return command.rstrip().endswith((f"> {out} 2>&1", f"> {shlex.quote(out)} 2>&1"))
 
     async def _check_verifier_run(self, sandbox: Sandbox, mark: int) -> None:
-        """Raise the infrastructure failure behind a verifier run that did not pass (sandbox.verifier.diagnose)."""
-        verifier_dir = EnvironmentPaths.verifier_dir
-        script = "\n".join(f"printf '%s\\0' \"$(cat {verifier_dir / name} 2>/dev/null | head -c 65536)\""
-                            for name in ("reward.json", "reward.txt"))
-        output = verifier_dir / self.trial_paths.test_stdout_path.name
-        script += f"\nprintf '%s' \"$(tail -c 65536 {output} 2>/dev/null)\""
-        res = await sandbox.exec(script, cwd="/", user="root")
-        reward_json, reward_txt, output = (res.stdout.split("\0", 2) + ["", "", ""])[:3]
+        """Raise the infrastructure failure behind a verifier run (harbor_tasks.verdict.judge_verifier_run, the
+        verdict RL episodes reach from the same files); Harbor scores the rest itself."""
+        res = await sandbox.exec(READ_VERIFIER_FILES, cwd="/", user="root")
+        reward_json, reward_txt, output = parse_verifier_files(res.stdout)
         verifier_names = sandbox.names_asked(mark, commands_only=True)
         agent_names = sandbox.names_asked(self._agent_mark, until=mark)  # between the start (or last round) and now
         self._agent_mark = sandbox.network_mark()  # a multi-step task's next round starts counting here
         # the agent's names count only where the task says it needs internet (TB2 tasks do: allow_internet = true);
         # Harbor's default policy is public too, and a failing agent must not get out of its 0 by trying the network
         declared = "network_mode" in self.task_env_config.model_fields_set and not self._network_disabled
-        failure = diagnose(reward_of(reward_json, reward_txt), output, verifier_names=verifier_names,
-                           agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland)
-        if failure is not None:
-            self.logger.warning(f"local sandbox: {type(failure).__name__}: {str(failure).splitlines()[0]}")
-            raise failure
+        verdict = judge_verifier_run(reward_json, reward_txt, output, verifier_names=verifier_names,
+                                     agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland)
+        if verdict.error is not None:
+            self.logger.warning(f"local sandbox: {type(verdict.error).__name__}: {verdict.detail}")
+            raise verdict.error
 
     # ------------------------------------------------------------------ mapping
     def _running(self) -> Sandbox:

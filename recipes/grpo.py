@@ -17,15 +17,15 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
+from chat_corpus.grpo_prompts import build_grpo_prompts
+from chat_corpus.sft_corpus import CorpusArguments
 from common.checkpoints import last_complete_checkpoint
+from modeling.tiny_model import resolve_model
+from rewards.client import RewardArguments, RewardClient, make_reward_function
+from rewards.local import local_reward_server
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
-from trainers.grpo_prompts import build_grpo_prompts
-from trainers.local_reward_server import local_reward_server
 from trainers.recipe_config import exit_on_user_error, parse_config
-from trainers.reward_client import RewardArguments, RewardClient, make_reward_function
-from trainers.sft_corpus import CorpusArguments
 from trainers.summary import build_grpo_summary, print_grpo_summary, write_summary
-from trainers.tiny_model import resolve_model
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "tiny.yaml"
 

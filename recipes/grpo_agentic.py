@@ -3,8 +3,8 @@
     accelerate launch recipes/grpo_agentic.py [--config configs/grpo/agentic-tiny.yaml] [--key value ...]
 
 Each rollout is an episode: the task's instruction as the prompt, the policy's `bash` tool calls run in a fresh
-local sandbox of the task (trainers/task_env.py, driven from this process: no Harbor, no server in between; or,
-with `sandbox_urls`, on episode servers: trainers/remote_task_env.py), tool output fed back and never trained
+local sandbox of the task (episodes/local.py, driven from this process: no Harbor, no server in between; or,
+with `sandbox_urls`, on episode servers: episodes/remote.py), tool output fed back and never trained
 (TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that infrastructure ended (sandbox
 start, verifier, an episode server) are not scored: kept out of the advantage and counted by kind in
 run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
@@ -21,13 +21,20 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
-from trainers.agentic_tasks import (AgenticTaskArguments, check_held_out, environment_factory, episode_transcript,
-                                    prepare_tasks, task_dataset, task_tests_reward)
+from episodes.local import EpisodeStats
+from modeling.tiny_model import resolve_model
+from trainers.agentic import (
+    AgenticTaskArguments,
+    check_held_out,
+    environment_factory,
+    episode_transcript,
+    prepare_tasks,
+    task_dataset,
+    task_tests_reward,
+)
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
-from trainers.task_env import EpisodeStats
-from trainers.tiny_model import resolve_model
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
 

@@ -11,7 +11,7 @@ The harness is the config's `eval_agent` (HARNESSES): `terminus-2` (Terminus-2's
 and every checkpoint is scored in it, so the student is trained and evaluated acting one way.
 
 Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-bash), replaced on each run:
-  tasks/train, tasks/heldout   procedural Harbor tasks (eval/tasks/generate.py), train and eval seeds disjoint
+  tasks/train, tasks/heldout   procedural Harbor tasks (harbor_tasks/generate.py), train and eval seeds disjoint
   teacher/                     the harness's agent driven by the scripted teacher on every train task
                                (eval/scripted_teacher.py --collect --agent <eval_agent>)
   student-init/                the student before SFT: random init, copy-pretrained on synthetic repeated spans (no
@@ -45,7 +45,8 @@ from common.errors import ConfigError  # noqa: E402
 from eval import settings as eval_settings  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
-from eval.tasks.generate import FAMILIES, generate, task_seeds  # noqa: E402
+from harbor_tasks.folder import task_seeds  # noqa: E402
+from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
@@ -67,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
     parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
     parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps of the student (default: the "
-                        "student preset's, trainers/tiny_model.py)")
+                        "student preset's, modeling/tiny_model.py)")
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
     return parser.parse_args(argv)
@@ -110,19 +111,19 @@ def student_corpus(teacher: Path, out: Path) -> Path:
     with tools (the bash-tool harness) are written to `out` with the system message the chat template adds for
     their tools (the tool's schema and how to call it, ~350 tokens of lines that are in no record's strings), so the
     tokenizer learns those lines as single tokens, as it learns Terminus-2's prompt lines (one token per frequent
-    line, trainers/tiny_model.py). Without it the instruction starts ~350 tokens into every sequence, where the copy
+    line, modeling/tiny_model.py). Without it the instruction starts ~350 tokens into every sequence, where the copy
     circuit of copy pretraining (sequences of ~100 tokens) does not reach: measured, copy accuracy 1.0 at position 0,
     0.004 behind 200 tokens; the student never learned to copy a name (held-out 0.03). Without tools: `teacher`."""
     import importlib.resources
 
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    from trainers.sources import Source, load_source
+    from chat_corpus.sources import Source, load_source
 
     records = load_source(Source(path=str(teacher)), split_key="metadata.source_trajectory_uid").records
     if not any(record.get("tools") for record in records):
         return teacher
-    # the student's chat template (trainers/tiny_model.py: TRL's Qwen3 template, byte for byte)
+    # the student's chat template (modeling/tiny_model.py: TRL's Qwen3 template, byte for byte)
     template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
     with out.open("w") as file:
         for record in records:
@@ -175,7 +176,8 @@ def main(argv=None) -> int:
     done()
 
     done = stage("student model (copy-pretrained; tokenizer from the teacher trajectories)", timings)
-    from trainers.tiny_model import COPY_PRETRAINING_FILE, main as build_student
+    from modeling.tiny_model import COPY_PRETRAINING_FILE
+    from modeling.tiny_model import main as build_student
 
     copy_steps = [] if args.copy_steps is None else ["--copy_steps", str(args.copy_steps)]
     corpus = student_corpus(out / "teacher", out / "student-corpus.jsonl")
@@ -226,7 +228,7 @@ def main(argv=None) -> int:
         "sft": {key: sft.get(key) for key in ("train_records", "eval_records", "global_step", "final_loss",
                                               "trained_tokens", "wall_seconds")},
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
-        "reproduce": f"python -m eval.tasks.generate --out NEW_TASKS --seed S --n N && {reproduce}",
+        "reproduce": f"python -m harbor_tasks.generate --out NEW_TASKS --seed S --n N && {reproduce}",
     }
     (out / "learn_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n=== learn: done in {summary['total_s'] / 60:.1f} min ("

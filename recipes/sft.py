@@ -17,16 +17,16 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig, get_peft_config
 
+import modeling.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
+from chat_corpus.cache import corpus_cache_report, prepare_main_first
+from chat_corpus.sft_corpus import CorpusArguments
 from common.checkpoints import last_complete_checkpoint
-from trainers.corpus_cache import corpus_cache_report, prepare_main_first
+from modeling.kernels import check_kernels
+from modeling.tiny_model import resolve_model
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
-from trainers.kernels import check_kernels
 from trainers.recipe_config import DEFAULT_SFT_CONFIG, exit_on_user_error, parse_config
-from trainers.sft_corpus import CorpusArguments
 from trainers.summary import build_sft_summary, print_sft_summary, write_summary
-from trainers.tiny_model import resolve_model
 from trainers.token_accounting import CountingSFTTrainer
-import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
 
 
 @exit_on_user_error

@@ -2,7 +2,7 @@
 
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches ``sandbox/init.py`` as the PID 1 of fresh mount, PID, network, IPC and UTS
+``start`` launches ``sandbox/pid1.py`` as the PID 1 of fresh mount, PID, network, IPC and UTS
 namespaces (and a user namespace in ``userns`` mode) inside the limits (a cgroup as root, rlimits
 otherwise), creates the workdir and replays the Dockerfile subset. ``exec`` (and every transfer) runs
 ``sandbox/enter.py`` with the host's Python: it enters those namespaces and the sandbox's root, drops
@@ -43,7 +43,7 @@ from sandbox.errors import SandboxError, SandboxExecTimeoutError
 from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
 from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
 
-INIT = Path(__file__).with_name("init.py")
+INIT = Path(__file__).with_name("pid1.py")
 ENTER = Path(__file__).with_name("enter.py")
 HOST_TOOLS = ("unshare", "prlimit")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session", autouse=True)
 def corpus_cache_dir(tmp_path_factory) -> Path:
-    """The prepared corpora of this test session (trainers/corpus_cache.py), away from the user's cache; the
+    """The prepared corpora of this test session (chat_corpus/cache.py), away from the user's cache; the
     recipes the tests launch inherit it."""
     path = tmp_path_factory.mktemp("corpus-cache")
     os.environ["TERMINAL_RECIPES_CORPUS_CACHE"] = str(path)
@@ -26,7 +26,7 @@ def corpus_cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
-    from trainers.tiny_model import resolve_model
+    from modeling.tiny_model import resolve_model
 
     return resolve_model("builtin:tiny-qwen3")
 

@@ -14,12 +14,11 @@ import pytest
 from conftest import REPO, run
 from servers import ServerThread
 
-from common.bash_harness import BASH_TOOL, call_error, clip, format_output, harness_prompt
-from eval.scripted_teacher import (FINAL_ANSWER, HEREDOC_END, Teacher, bash_tool_commands, create_app, load_tasks,
-                                   solution_lines)
-from eval.tasks.generate import generate
-from trainers.agentic_tasks import task_prompt
-from trainers.task_env import EpisodeLimits, TaskEnvironment, episode_reward
+from common.bash_harness import BASH_TOOL, FINAL_ANSWER, call_error, clip, format_output, harness_prompt
+from episodes.local import EpisodeLimits, TaskEnvironment, episode_reward, task_prompt
+from eval.scripted_teacher import Teacher, create_app, load_tasks, solution_lines
+from harbor_tasks.generate import generate
+from harbor_tasks.solution import HEREDOC_END, bash_tool_commands
 
 HARBOR = REPO / ".venv-harbor" / "bin" / "harbor"
 TERMINAL = REPO / "eval" / "tasks" / "terminal"
@@ -137,7 +136,7 @@ def test_bad_tool_requests_are_400(teacher):
 @pytest.mark.parametrize("name, n_calls", [("csv-etl-quoting", 1), ("deploy-perms-config", 7)])
 def test_oracle_episodes_of_builtin_tasks_are_solved(tmp_path, name, n_calls):
     """A heredoc solution runs as one call; one that works in a subfolder runs every command there."""
-    from trainers.agentic_tasks import oracle_episode
+    from episodes.oracle import oracle_episode
 
     task = tmp_path / name
     shutil.copytree(TERMINAL / name, task)
@@ -244,8 +243,8 @@ def test_the_agent_prompts_and_answers_as_the_trainer_does(teacher_job):
 
 @pytest.mark.slow
 def test_teacher_trajectories_are_sft_records_that_train_only_the_assistant_turns(teacher_job, tokenizer):
-    from trainers.masking import tokenize_chat, training_chat_template
-    from trainers.sources import Source, load_source
+    from chat_corpus.masking import tokenize_chat, training_chat_template
+    from chat_corpus.sources import Source, load_source
 
     tasks, results, _ = teacher_job
     loaded = load_source(Source(results["harbor_job_dir"]), "task")
@@ -357,7 +356,7 @@ def memorize(model_path: str, out: Path, turns: list[tuple[list[dict], str]], ma
 def taught_checkpoint(tmp_path_factory, tiny_model_path):
     """A tiny checkpoint that, in the bash-tool harness, calls the tool with a count-lines task's solution and then
     answers: its oracle episode (real tool output) learned turn by turn."""
-    from trainers.agentic_tasks import oracle_episode
+    from episodes.oracle import oracle_episode
 
     root = tmp_path_factory.mktemp("taught")
     generate(root / "tasks", 41, 1, ["count-lines"])

@@ -1,4 +1,4 @@
-"""The prepared-corpus cache (trainers/corpus_cache.py): a second preparation is a hit with the same records,
+"""The prepared-corpus cache (chat_corpus/cache.py): a second preparation is a hit with the same records,
 changing anything that determines the records is a miss, and with 2 ranks only the main process prepares."""
 
 import copy
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, chat_row, run, sft_command, write_jsonl
 
+from chat_corpus.cache import cache_key, prepare_corpus, prepare_main_first
+from chat_corpus.masking import training_chat_template
+from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
 from common.errors import CorpusError
-from trainers.corpus_cache import cache_key, prepare_corpus, prepare_main_first
-from trainers.masking import training_chat_template
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
 
 CLI = [sys.executable, "-m", "trainers.data"]
 
@@ -162,9 +162,10 @@ def _slow_main(rank: int, store_dir: str, cache: str, corpus_path: str, queue) -
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     dist.init_process_group("gloo", init_method=f"file://{store_dir}/store", rank=rank, world_size=2)
-    import trainers.corpus_cache as corpus_cache
-    from trainers.tiny_model import resolve_model
     from transformers import AutoTokenizer
+
+    import chat_corpus.cache as corpus_cache
+    from modeling.tiny_model import resolve_model
 
     class State:
         num_processes, process_index = 2, rank

@@ -11,11 +11,11 @@ import pytest
 from conftest import REPO, chat_row, run, write_jsonl
 from test_masking import expected_trained_text, trained_text
 
+from chat_corpus.grpo_prompts import build_grpo_prompts
+from chat_corpus.masking import tokenize_chat, training_chat_template
+from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
+from chat_corpus.sources import Source, load_source, to_record
 from common.errors import CorpusError
-from trainers.grpo_prompts import build_grpo_prompts
-from trainers.masking import tokenize_chat, training_chat_template
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
-from trainers.sources import Source, load_source, to_record
 
 CLI = [sys.executable, "-m", "trainers.data"]
 NEW_SAMPLES = ["data/sft/terminus2_conversations.jsonl", "data/sft/sharegpt_tool_calls.jsonl",
@@ -250,7 +250,7 @@ def test_grpo_summary_is_printed_and_written_like_sfts(tmp_path, tokenizer, caps
 # --- the tiny model's cache key ------------------------------------------------------------------------------------
 
 def test_tiny_model_fingerprint_covers_only_what_trains_the_tokenizer(tmp_path):
-    from trainers.tiny_model import fingerprint, tokenizer_corpus_files
+    from modeling.tiny_model import fingerprint, tokenizer_corpus_files
 
     data = tmp_path / "data"
     shutil.copytree(REPO / "data", data, ignore=shutil.ignore_patterns("__pycache__"))

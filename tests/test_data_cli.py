@@ -5,8 +5,8 @@ import sys
 
 from conftest import chat_row, run, write_jsonl
 
-from trainers.masking import tokenize_chat, training_chat_template
-from trainers.sources import Source, load_source
+from chat_corpus.masking import tokenize_chat, training_chat_template
+from chat_corpus.sources import Source, load_source
 
 CLI = [sys.executable, "-m", "trainers.data"]
 

@@ -1,5 +1,5 @@
-"""Decontamination (trainers/decontaminate.py): 13-gram overlap of training records with eval tasks, on tasks made by
-eval/tasks/generate.py. A record that copies a held-out task is contaminated; one built from another seed's instance
+"""Decontamination (chat_corpus/decontaminate.py): 13-gram overlap of training records with eval tasks, on tasks made by
+harbor_tasks/generate.py. A record that copies a held-out task is contaminated; one built from another seed's instance
 of the same family shares only the family's template (not contamination), even when the suite holds one instance of
 the family (the template is then learned from reference instances); an unrelated one is clean."""
 
@@ -8,13 +8,20 @@ import subprocess
 import sys
 
 import pytest
-
-from common.errors import CorpusError
 from conftest import REPO, chat_row, write_jsonl
-from eval.tasks.generate import generate
-from trainers.decontaminate import (Decontaminator, SuiteIndex, family_template, generated_origin, ngrams,
-                                    record_text, words)
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
+
+from chat_corpus.decontaminate import (
+    Decontaminator,
+    SuiteIndex,
+    family_template,
+    generated_origin,
+    ngrams,
+    record_text,
+    words,
+)
+from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
+from common.errors import CorpusError
+from harbor_tasks.generate import generate
 
 FAMILIES = ["count-lines", "sum-numbers"]  # 3 held-out instances of each: their shared wording is template
 
@@ -84,7 +91,7 @@ def test_copy_is_contaminated_other_seed_is_template_overlap_unrelated_is_clean(
 
 
 def _record(row: dict) -> dict:
-    from trainers.sources import to_record
+    from chat_corpus.sources import to_record
 
     return to_record(row)[1]
 
@@ -212,7 +219,7 @@ def test_the_sft_summary_shows_the_column_only_when_decontamination_ran(capsys):
 
 
 def test_the_grpo_recipe_refuses_the_key_rather_than_ignoring_it(suite):
-    from trainers.grpo_prompts import build_grpo_prompts
+    from chat_corpus.grpo_prompts import build_grpo_prompts
 
     args = CorpusArguments(datasets=["data/grpo/verifif.jsonl"], decontaminate_against=["builtin:terminal"])
     with pytest.raises(CorpusError, match="decontaminate_against: applies to SFT corpora only"):

@@ -1,4 +1,4 @@
-"""The episode server (episodes/, `python -m episodes.server`) and its trainer side (trainers/remote_task_env.py),
+"""The episode server (episodes/, `python -m episodes.server`) and its trainer side (episodes/remote.py),
 with real parts: uvicorn on loopback, real local sandboxes, generated tasks. The remote episode is the local one
 (same tool, rewards, failure kinds); what the network adds is never a score; sessions are capped, leased and torn
 down, by a shutdown too and when the server is killed."""
@@ -22,12 +22,19 @@ from servers import ServerThread
 from common.errors import ConfigError
 from common.net import free_port, stop_process, wait_until_healthy
 from episodes.app import EpisodeServerConfig, create_app
-from eval.scripted_teacher import solution_lines
-from eval.tasks.generate import generate, write_task
-from trainers.agentic_tasks import task_digest
-from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment
-from trainers.task_env import (NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment,
-                               episode_failure, episode_reward)
+from episodes.local import (
+    NOT_RUNNING,
+    SANDBOX_FAILED,
+    EpisodeLimits,
+    EpisodeStats,
+    TaskEnvironment,
+    episode_failure,
+    episode_reward,
+)
+from episodes.remote import EpisodeServers, RemoteTaskEnvironment
+from harbor_tasks.folder import TaskFolder
+from harbor_tasks.generate import generate, write_task
+from harbor_tasks.solution import solution_lines
 
 
 @pytest.fixture(scope="module")
@@ -291,11 +298,11 @@ def test_the_server_command_refuses_a_missing_task_folder(tmp_path):
 def test_a_digest_is_of_the_whole_task_folder(root, tmp_path):
     copy = tmp_path / "write-value-5-0"
     shutil.copytree(root / "write-value-5-0", copy)
-    assert task_digest(copy) == task_digest(root / "write-value-5-0")
+    assert TaskFolder.of(copy).digest == TaskFolder.of(root / "write-value-5-0").digest
     changed = tmp_path / "changed" / "write-value-5-0"
     shutil.copytree(root / "write-value-5-0", changed)
     (changed / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
-    assert task_digest(changed) != task_digest(root / "write-value-5-0")
+    assert TaskFolder.of(changed).digest != TaskFolder.of(root / "write-value-5-0").digest
 
 
 @pytest.mark.slow

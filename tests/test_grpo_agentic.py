@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.tasks.generate import generate
+from harbor_tasks.generate import generate
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
@@ -33,7 +33,7 @@ def agentic_config(tmp_path: Path, **overrides) -> dict:
 
 
 def test_oracle_episodes_are_solved_chats_with_real_tool_output(tmp_path):
-    from trainers.agentic_tasks import main as collect
+    from episodes.oracle import main as collect
 
     generate(tmp_path / "tasks", 21, 6, FAMILIES + ["rename-ext", "set-perms"])
     out = tmp_path / "oracle.jsonl"
@@ -52,8 +52,8 @@ def test_the_reward_logs_the_start_and_verify_seconds_of_its_own_episodes(tmp_pa
     """Per call (a generation batch): p50, p90 and max of the batch's sandbox start and verify seconds, beside the
     run's mean start seconds (the key that was there before)."""
     from common.stats import percentile
-    from trainers.agentic_tasks import task_tests_reward
-    from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+    from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment
+    from trainers.agentic import task_tests_reward
 
     tasks = generate(tmp_path / "tasks", 21, 6, FAMILIES)
     stats = EpisodeStats()
@@ -120,7 +120,7 @@ def test_a_task_folder_that_is_not_there_is_one_clear_error(tmp_path):
 
 def test_held_out_tasks_are_generated_from_a_seed_the_train_tasks_never_use(tmp_path):
     from common.errors import ConfigError
-    from trainers.agentic_tasks import AgenticTaskArguments, check_held_out, prepare_tasks
+    from trainers.agentic import AgenticTaskArguments, check_held_out, prepare_tasks
 
     args = AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], generate_seed=2, generate_n=6,
                                 generate_families=["count-lines", "sum-numbers"], heldout_dir=str(tmp_path / "held"),
@@ -140,8 +140,8 @@ def test_held_out_tasks_are_generated_from_a_seed_the_train_tasks_never_use(tmp_
 
 
 def test_the_reward_logs_the_pass_rate_per_task_family(tmp_path):
-    from trainers.agentic_tasks import task_tests_reward
-    from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment
+    from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment
+    from trainers.agentic import task_tests_reward
 
     tasks = generate(tmp_path / "tasks", 21, 4, ["write-value", "count-lines"])
     stats = EpisodeStats()
@@ -149,7 +149,7 @@ def test_the_reward_logs_the_pass_rate_per_task_family(tmp_path):
     envs = [TaskEnvironment(EpisodeLimits(), stats) for _ in tasks]
     for env, task in zip(envs, tasks):
         env.reset(task_dir=str(task))
-    from eval.scripted_teacher import bash_tool_commands
+    from harbor_tasks.solution import bash_tool_commands
 
     for command in bash_tool_commands((tasks[1] / "solution" / "solve.sh").read_text()):  # count-lines-21-1, solved
         envs[1].bash(command)
@@ -165,7 +165,7 @@ def test_the_completions_table_holds_episode_transcripts_wandb_accepts():
     import pandas as pd
     import wandb
 
-    from trainers.agentic_tasks import episode_transcript
+    from trainers.agentic import episode_transcript
 
     called = [{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "bash", "arguments": {"command": "wc -l < data/a.log > n.txt"}}}]},
@@ -184,7 +184,7 @@ def test_the_learning_start_config_parses_through_the_recipes_parser():
     disjoint seeds, step 0 and every save scored on the held-out ones in the harness it trains."""
     from trl import GRPOConfig, ModelConfig
 
-    from trainers.agentic_tasks import AgenticTaskArguments
+    from trainers.agentic import AgenticTaskArguments
     from trainers.eval_callback import EvalArguments
     from trainers.recipe_config import parse_config
 
@@ -222,7 +222,7 @@ def test_the_learning_start_config_parses_through_the_recipes_parser():
 def test_tool_output_carries_no_loss(tmp_path):
     """SFT the tiny model on oracle episodes until it calls the tool, then take one GRPO step and decode what the
     trainer trains: the policy's turns, never the tool responses between them."""
-    from trainers.agentic_tasks import main as collect
+    from episodes.oracle import main as collect
 
     generate(tmp_path / "tasks", 21, 8, FAMILIES)
     assert collect(["--tasks", str(tmp_path / "tasks"), "--collect", str(tmp_path / "oracle.jsonl")]) == 0
@@ -236,8 +236,8 @@ def test_tool_output_carries_no_loss(tmp_path):
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainers.agentic_tasks import AgenticTaskArguments, environment_factory, task_dataset, task_tests_reward
-    from trainers.task_env import EpisodeStats
+    from episodes.local import EpisodeStats
+    from trainers.agentic import AgenticTaskArguments, environment_factory, task_dataset, task_tests_reward
 
     captured = []
 

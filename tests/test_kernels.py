@@ -1,4 +1,4 @@
-"""Kernel choices the CPU can check (trainers/kernels.py, trainers/varlen_attention.py, trainers/flops.py): which
+"""Kernel choices the CPU can check (modeling/kernels.py, modeling/varlen_attention.py, modeling/flops.py): which
 packed attention a machine gets, torch's varlen_attn glue against per-record SDPA (with CPU stand-ins for the CUDA
 kernel, in both signatures torch has had), Liger refused where it cannot run, and the MFU formula by hand."""
 
@@ -13,10 +13,9 @@ import torch
 from transformers import Qwen3_5TextConfig, Qwen3Config
 
 from common.errors import ConfigError
-from trainers.flops import causal_pairs, flops_model
-from trainers.kernels import check_kernels, check_liger, select_attention
-from trainers.varlen_attention import (torch_varlen_attn, torch_varlen_forward, uses_torch_varlen,
-                                      varlen_sdpa_attention)
+from modeling.flops import causal_pairs, flops_model
+from modeling.kernels import check_kernels, check_liger, select_attention
+from modeling.varlen_attention import torch_varlen_attn, torch_varlen_forward, uses_torch_varlen, varlen_sdpa_attention
 
 
 @pytest.mark.parametrize("cuda, flash_attn, expected", [

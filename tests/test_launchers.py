@@ -27,7 +27,7 @@ def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
     import transformers.training_args
     from trl import GRPOConfig, ModelConfig
 
-    from trainers.agentic_tasks import AgenticTaskArguments
+    from trainers.agentic import AgenticTaskArguments
     from trainers.recipe_config import parse_config
 
     monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)  # the GPU

@@ -4,9 +4,9 @@
 import pytest
 from conftest import REPO
 
-from trainers.sources import Source, load_source
-from trainers.masking import fit_to_length, tokenize_chat, training_chat_template
-from trainers.records import RecordError, normalize_chat
+from chat_corpus.masking import fit_to_length, tokenize_chat, training_chat_template
+from chat_corpus.records import RecordError, normalize_chat
+from chat_corpus.sources import Source, load_source
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
                                            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]

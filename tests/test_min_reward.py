@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
-
-from common.errors import CorpusError
 from conftest import REPO
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
-from trainers.sources import Source, load_source
+
+from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
+from chat_corpus.sources import Source, load_source
+from common.errors import CorpusError
 
 JOB = REPO / "data" / "harbor" / "sample-job"  # 5 trials: 3 with reward 1.0, 2 with 0.0
 

@@ -5,10 +5,10 @@ from collections import Counter
 import pytest
 from conftest import chat_row, write_jsonl
 
+from chat_corpus.mixture import mix_by_weight, split_by_group, subsample
+from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
+from chat_corpus.sources import Source, load_source
 from common.errors import CorpusError
-from trainers.mixture import mix_by_weight, split_by_group, subsample
-from trainers.sft_corpus import CorpusArguments, build_sft_corpus
-from trainers.sources import Source, load_source
 
 
 def records(n, groups):

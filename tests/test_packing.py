@@ -11,9 +11,9 @@ from transformers import AutoModelForCausalLM
 from trl.data_utils import pack_dataset
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-import trainers.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
-from trainers.masking import tokenize_chat, training_chat_template
-from trainers.records import normalize_chat
+import modeling.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
+from chat_corpus.masking import tokenize_chat, training_chat_template
+from chat_corpus.records import normalize_chat
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_packing_hybrid_linear_attention(sequences, tokenizer, monkeypatch):
     start: positions restarting (the full-attention layers' masks) are not enough. transformers' CPU fallback
     refuses the boundaries; kernels that take them give the records' own loss."""
     from common.errors import ConfigError
-    from trainers.kernels import boundary_kernels, check_packing
+    from modeling.kernels import boundary_kernels, check_packing
 
     model = tiny_hybrid(tokenizer)
     _, batch = packed_batch(sequences, tokenizer, max_length=sum(len(s["input_ids"]) for s in sequences))
@@ -238,11 +238,11 @@ def test_the_27b_config_packs_only_where_the_linear_attention_kernels_are_instal
     """configs/sft/qwen3.5-27b-terminal-universe.yaml packs Qwen3.5-27B (48 of its 64 layers Gated DeltaNet): the
     recipe's check refuses it unless flash-linear-attention and causal-conv1d are both installed."""
     import yaml
+    from conftest import REPO
     from transformers import Qwen3_5TextConfig
 
     from common.errors import ConfigError
-    from conftest import REPO
-    from trainers.kernels import check_packing
+    from modeling.kernels import check_packing
 
     config = yaml.safe_load((REPO / "configs/sft/qwen3.5-27b-terminal-universe.yaml").read_text())
     assert config["packing"] is True and config["attn_implementation"] == "varlen"

@@ -6,9 +6,9 @@ import json
 import pytest
 from conftest import REPO, chat_row, write_jsonl
 
+from chat_corpus.sft_corpus import CorpusArguments
+from chat_corpus.sources import Source, load_source, load_sources, parse_sources
 from common.errors import CorpusError
-from trainers.sft_corpus import CorpusArguments
-from trainers.sources import Source, load_source, load_sources, parse_sources
 
 
 def problems_of(path):
@@ -98,7 +98,7 @@ def test_pivot_row_is_prompt_completion():
         {"role": "user", "content": "New Terminal Output:\n$ "}]},
         "expected_answer": "{\"analysis\": \"b\", \"plan\": \"\", \"commands\": [], \"task_complete\": true}",
         "metadata": {"harness": "terminus_2", "source_trajectory_uid": "t1"}}
-    from trainers.sources import pivot_to_chat
+    from chat_corpus.sources import pivot_to_chat
 
     record = pivot_to_chat(row)
     roles = [(m["role"], m.get("train", True)) for m in record["messages"]]

@@ -7,8 +7,7 @@ import json
 import pytest
 from servers import FlakyServer
 
-from trainers.reward_client import (RewardClient, RewardClientConfig, RewardServerUnavailable,
-                                    make_reward_function)
+from rewards.client import RewardClient, RewardClientConfig, RewardServerUnavailable, make_reward_function
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "task"}]}, "expected_answer": "{}",
        "metadata": {"harness": "terminus_2"}, "agent_ref": {"type": "responses_api_agents",

@@ -16,9 +16,9 @@ from servers import FakeJudge, FlakyServer, Reply, ServerThread
 
 from common.errors import ConfigError
 from rewards.app import create_app
+from rewards.client import RewardClient, RewardClientConfig, make_reward_function
 from rewards.config import load_config
 from rewards.protocol import make_response
-from trainers.reward_client import RewardClient, RewardClientConfig, make_reward_function
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "task"}]}, "expected_answer": "{}",
        "metadata": {"harness": "terminus_2"}, "agent_ref": {"name": "terminus_judge_simple_agent"}}
@@ -220,7 +220,7 @@ def test_a_timeout_the_user_sets_wins_and_a_server_without_a_budget_gets_the_fal
 def test_a_set_timeout_shorter_than_the_servers_budget_is_warned_about_once(slow_judge, caplog):
     with judged_server(slow_judge.url, verify_timeout=100.0) as url:
         c = RewardClient(RewardClientConfig(urls=[url], timeout=5.0))
-        with caplog.at_level("WARNING", logger="trainers.reward_client"):
+        with caplog.at_level("WARNING", logger="rewards.client"):
             assert asyncio.run(c.timeout_for(url)) == 5.0 and asyncio.run(c.timeout_for(url)) == 5.0
     warnings = [r.getMessage() for r in caplog.records if "shorter than the verify_timeout" in r.getMessage()]
     assert len(warnings) == 1 and url in warnings[0] and "100 s" in warnings[0]

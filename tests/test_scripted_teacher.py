@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO, run
 from servers import ServerThread
 
-from eval.scripted_teacher import HEREDOC_END, ScriptedTask, Teacher, action_text, create_app, load_tasks
+from eval.scripted_teacher import ScriptedTask, Teacher, action_text, create_app, load_tasks
+from harbor_tasks.solution import HEREDOC_END
 
 TERMINAL = REPO / "eval" / "tasks" / "terminal"
 HARBOR = REPO / ".venv-harbor" / "bin" / "harbor"
@@ -111,8 +112,8 @@ def test_model_url_collects_the_teachers_trajectories_and_they_pass(teacher_job)
 
 @pytest.mark.slow
 def test_teacher_trajectories_train_exactly_the_teachers_actions(teacher_job, tokenizer):
-    from trainers.masking import tokenize_chat, training_chat_template
-    from trainers.sources import Source, load_source
+    from chat_corpus.masking import tokenize_chat, training_chat_template
+    from chat_corpus.sources import Source, load_source
 
     teacher, results = teacher_job
     loaded = load_source(Source(results["harbor_job_dir"]), "task")

@@ -1,4 +1,4 @@
-"""The learning run's student (trainers/tiny_model.py --preset student): a tokenizer under which an identifier is
+"""The learning run's student (modeling/tiny_model.py --preset student): a tokenizer under which an identifier is
 the same tokens wherever it stands, whose frequent harness lines are one token each, and that decodes losslessly;
 copy pretraining that takes the random model from copying nothing to copying spans."""
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
     out = tmp_path_factory.mktemp("student") / "model"
-    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(out), "--corpus",
+    run = subprocess.run([sys.executable, "-m", "modeling.tiny_model", "--out", str(out), "--corpus",
                           "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl", "--copy_steps", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -42,7 +42,7 @@ def test_identifiers_split_the_same_everywhere(student):
 
 def test_frequent_lines_are_single_tokens_and_text_round_trips(student):
     tokenizer, config, _ = student
-    from trainers.tiny_model import frequent_lines, record_texts
+    from modeling.tiny_model import frequent_lines, record_texts
 
     texts, records = record_texts([REPO / "data/sft/terminus2_conversations.jsonl"])
     lines = frequent_lines(texts)
@@ -56,7 +56,7 @@ def test_frequent_lines_are_single_tokens_and_text_round_trips(student):
 
 
 def test_a_missing_corpus_is_one_clear_error(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(tmp_path / "m"), "--corpus",
+    run = subprocess.run([sys.executable, "-m", "modeling.tiny_model", "--out", str(tmp_path / "m"), "--corpus",
                           str(tmp_path / "nope.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.startswith("error: --corpus") and "nope.jsonl" in run.stderr
 
@@ -66,7 +66,7 @@ def test_copy_pretraining_teaches_the_random_model_to_copy(student, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainers.tiny_model import pretrain_copy
+    from modeling.tiny_model import pretrain_copy
 
     tokenizer, _, random_model = student
     torch.manual_seed(0)
@@ -74,7 +74,7 @@ def test_copy_pretraining_teaches_the_random_model_to_copy(student, tmp_path):
     assert before < 0.05  # chance over the word pieces: a random model copies nothing
 
     out = tmp_path / "copying"
-    run = subprocess.run([sys.executable, "-m", "trainers.tiny_model", "--out", str(out), "--corpus",
+    run = subprocess.run([sys.executable, "-m", "modeling.tiny_model", "--out", str(out), "--corpus",
                           "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl", "--copy_steps", "200"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Harbor tasks as TRL environments (trainers/task_env.py), in the real local sandbox: the task's tests are the reward,
+"""Harbor tasks as TRL environments (episodes/local.py), in the real local sandbox: the task's tests are the reward,
 infrastructure failures are not scores (None) and are counted by kind, limits end episodes, and no sandbox outlives
 its episode or a killed trainer."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import process_gone, processes_matching
 
-from eval.tasks.generate import write_task
-from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
+from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
+from harbor_tasks.generate import write_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,13 +85,13 @@ def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path,
 
 
 def test_a_background_start_that_raises_raises_where_the_episode_needs_its_sandbox(tasks, monkeypatch):
-    import trainers.task_env
+    import episodes.local
 
     class Exploding:
         def __init__(self, config):
             raise RuntimeError("not a sandbox error: a bug")
 
-    monkeypatch.setattr(trainers.task_env, "BlockingSandbox", Exploding)
+    monkeypatch.setattr(episodes.local, "BlockingSandbox", Exploding)
     env = TaskEnvironment(background_start=True)
     env.reset(task_dir=str(tasks["write-value"]))  # returns at once; the start fails in its thread
     with pytest.raises(RuntimeError, match="a bug"):
@@ -140,7 +140,7 @@ def test_bad_limits_are_refused():
 
 KILLED_TRAINER = textwrap.dedent("""
     import os, signal, sys
-    from trainers.task_env import TaskEnvironment
+    from episodes.local import TaskEnvironment
     envs = [TaskEnvironment() for _ in range(2)]
     for env in envs:
         env.reset(task_dir=sys.argv[1])

@@ -1,4 +1,4 @@
-"""Procedural task families (eval/tasks/generate.py): determinism, coverage, structure, oracle 1 / nop 0.
+"""Procedural task families (harbor_tasks/generate.py): determinism, coverage, structure, oracle 1 / nop 0.
 
 The fast tests run each generated instance through eval/tasks/check.py (no Harbor); the slow one runs real Harbor
 oracle and nop jobs in the local sandbox over a set that covers every family.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.tasks import generate as gen
+from harbor_tasks import generate as gen
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("eval_tasks_check_gen", REPO / "eval" / "tasks" / "check.py")
@@ -32,7 +32,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eval.tasks.generate", *map(str, args)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "harbor_tasks.generate", *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

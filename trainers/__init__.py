@@ -1,6 +1,5 @@
-"""What the recipes (recipes/sft.py, recipes/grpo.py) call: corpus loading and validation, loss masks, mixtures,
-the tiny model, the /verify reward client, the eval-on-save callback, run summaries, the `python -m trainers.data`
-CLI.
-
-Runs in the training venv (.venv, Python >= 3.11: torch, TRL, Transformers, Accelerate, DeepSpeed, PEFT).
+"""The training glue the recipes call: recipe configs, the agentic GRPO wiring (task rows, episodes as TRL
+environments, the tests' reward), the eval-on-save callback, run summaries, token accounting, `python -m trainers.data`.
+Runs in the training venv (.venv, Python >= 3.11: torch, TRL, Transformers, Accelerate, DeepSpeed, PEFT); nothing
+below the recipes, bench and launchers imports it.
 """

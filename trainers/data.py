@@ -14,10 +14,10 @@ lengths (with the generation prompt) and `render` their prompt, of which nothing
 `decontaminate` reports the records that share a 13-word n-gram with an eval task (`--against builtin:terminal`,
 a folder of Harbor tasks, or one task folder): contaminated when the n-gram is specific to one task, template
 overlap (not contamination) when it is shared by 2+ tasks of the suite or, for a generated task, by 2+ reference
-instances of its family (trainers/decontaminate.py). It exits 0
+instances of its family (chat_corpus/decontaminate.py). It exits 0
 whatever it finds: it is a report; the SFT config key `decontaminate_against` drops what it calls contaminated.
 `prepare` reads a recipe config as `recipes/sft.py` does (its data keys, `max_length`, the model's tokenizer;
-`--key value` overrides) and prepares the corpus into the cache the run will find (trainers/corpus_cache.py):
+`--key value` overrides) and prepares the corpus into the cache the run will find (chat_corpus/cache.py):
 tokenized by `--num_proc` processes (default: the config's `dataset_num_proc`), on any CPU machine, before a
 cluster run, so that no rank of the run waits for it. A second `prepare`, or the run, is a cache hit.
 """
@@ -31,10 +31,15 @@ import random
 import statistics
 import sys
 
-from trainers import decontaminate
-from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
-from trainers.records import RecordError
-from trainers.sources import FORMATS, Source, load_source, to_record
+from chat_corpus import decontaminate
+from chat_corpus.cache import prepare_corpus
+from chat_corpus.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
+from chat_corpus.records import RecordError
+from chat_corpus.sft_corpus import CorpusArguments
+from chat_corpus.sources import FORMATS, Source, load_source, to_record
+from common.errors import UserError
+from modeling.tiny_model import resolve_model
+from trainers.recipe_config import DEFAULT_SFT_CONFIG, parse_config
 
 DEFAULT_MODEL = "builtin:tiny-qwen3"
 
@@ -56,7 +61,6 @@ def _load_tokenizer(name: str, revision: str | None = None):
     """The tokenizer as recipes/sft.py loads it, and its training chat template."""
     from transformers import AutoTokenizer
 
-    from trainers.tiny_model import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), revision=revision)
     return tokenizer, training_chat_template(tokenizer)
@@ -226,11 +230,7 @@ def prepare_command(argv: list[str]) -> int:
     not apply: the key has none of them), then the corpus prepared into its cache entry."""
     from trl import ModelConfig, SFTConfig
 
-    from common.errors import UserError
-    from trainers.corpus_cache import prepare_corpus
     from trainers.eval_callback import EvalArguments
-    from trainers.recipe_config import DEFAULT_SFT_CONFIG, parse_config
-    from trainers.sft_corpus import CorpusArguments
 
     parser = argparse.ArgumentParser(prog="python -m trainers.data prepare", description=(
         "Prepare an SFT config's corpus into the cache its run loads. Other --key value pairs override the "

@@ -34,6 +34,8 @@ from transformers import TrainerCallback
 
 from eval import settings as eval_settings
 from eval.results import results_file, suite_slug, summary_line
+from eval.run import evaluate
+from eval.wandb_log import log_results
 
 EVAL_MODES = ("inline", "subprocess", "slurm")
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +162,6 @@ class EvalOnSaveCallback(TrainerCallback):
             mode = self.eval_args.eval_mode
             try:
                 if mode == "inline":
-                    from eval.run import evaluate
 
                     self._log(evaluate(str(checkpoint), self.eval_args.settings(suite), results_path.name))
                 elif mode == "subprocess":
@@ -218,7 +219,6 @@ class EvalOnSaveCallback(TrainerCallback):
         import wandb
 
         if wandb.run is not None:
-            from eval.wandb_log import log_results
 
             log_results(wandb.run, results)
 

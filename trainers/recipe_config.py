@@ -43,3 +43,34 @@ def exit_on_user_error(main):
             sys.exit(2)
 
     return wrapper
+
+
+def config_value(config: str | Path, key: str):
+    """One top-level key of a YAML config (what a launcher needs before the recipe starts); ConfigError if absent."""
+    try:
+        data = yaml.safe_load(Path(config).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{config}: cannot be read as YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or key not in data:
+        raise ConfigError(f"{config}: no key {key!r}")
+    return data[key]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainers.recipe_config CONFIG KEY`: print the key's value (the launchers' way to read a config)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m trainers.recipe_config", description=main.__doc__)
+    parser.add_argument("config")
+    parser.add_argument("key")
+    args = parser.parse_args(argv)
+    try:
+        print(config_value(args.config, args.key))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

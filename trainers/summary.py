@@ -144,7 +144,7 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
                           evals: list[dict] | None = None, seeds: dict | None = None) -> dict:
     """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings);
     `by_family`: the reward's {family: {"scored", "passed"}}; `evals`: the eval callback's results, in order.
-    `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (agentic_tasks.check_held_out).
+    `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (trainers.agentic.check_held_out).
     `rollout_pass_rate_by_step`: [step, the logged episodes/pass_rate] (the train tasks' rollouts, at the sampling
     temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve)."""
     rollouts = [[entry["step"], round(entry["episodes/pass_rate"], 4)] for entry in trainer.state.log_history

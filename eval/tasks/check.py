@@ -30,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
+from harbor_tasks.folder import read_config, task_folders
+from harbor_tasks.suites import BUILTIN_SUITES
+
 TASKS_ROOT = Path(__file__).resolve().parent
-SUITES = {"terminal": TASKS_ROOT / "terminal", "evocode": TASKS_ROOT / "evocode"}
+SUITES = {name.removeprefix("builtin:"): path for name, path in BUILTIN_SUITES.items()}
 CASE_RE = re.compile(r"CASE_SUMMARY\s+total_cases=(\d+)\s+success_count=(\d+)")
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 
@@ -55,12 +57,11 @@ METADATA_REQUIRED = {"difficulty", "category", "tags"}
 
 def find_tasks(suite: str | None = None) -> list[Path]:
     roots = [SUITES[suite]] if suite else list(SUITES.values())
-    return sorted(p for r in roots if r.is_dir() for p in r.iterdir() if (p / "task.toml").is_file())
+    return sorted(p for r in roots for p in task_folders(r))
 
 
 def load_config(task: Path) -> dict:
-    with open(task / "task.toml", "rb") as f:
-        return tomllib.load(f)
+    return read_config(task)
 
 
 def _check_script(path: Path, errors: list[str], task: Path) -> None:

@@ -1,6 +1,6 @@
 """Generate procedural Harbor tasks: short terminal jobs whose names, contents and numbers vary per instance.
 
-    python -m eval.tasks.generate --out DIR --seed S --n N [--families a,b,...] [--force]
+    python -m harbor_tasks.generate --out DIR --seed S --n N [--families a,b,...] [--force]
 
 Writes N single-step Harbor task folders `<family>-<seed>-<index>` into DIR (the layout of eval/tasks/README.md:
 instruction.md, task.toml, environment/Dockerfile + environment/app/, solution/solve.sh, tests/test.sh). Instance i
@@ -22,6 +22,8 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harbor_tasks.folder import is_task
 
 WORDS = ["alpha", "amber", "apple", "birch", "bison", "cedar", "cobalt", "coral", "delta", "ember", "falcon",
          "fern", "garnet", "harbor", "hazel", "indigo", "jasper", "juniper", "kelp", "lemon", "lotus", "maple",
@@ -281,31 +283,13 @@ def write_task(out: Path, family: str, seed: int, index: int) -> Path:
     return task
 
 
-def task_seeds(path: str | Path) -> dict[int, int]:
-    """{seed: number of tasks} of the generated tasks in a folder of task folders (or one task folder), read from
-    their task.toml [metadata]; tasks that were not generated here are not counted."""
-    import tomllib
-
-    root = Path(path)
-    folders = [root] if (root / "task.toml").is_file() else sorted(p for p in root.iterdir() if p.is_dir())
-    seeds: dict[int, int] = {}
-    for folder in folders:
-        try:
-            seed = tomllib.loads((folder / "task.toml").read_text()).get("metadata", {}).get("seed")
-        except (OSError, tomllib.TOMLDecodeError):
-            continue
-        if isinstance(seed, int):
-            seeds[seed] = seeds.get(seed, 0) + 1
-    return seeds
-
-
 def generate(out: Path, seed: int, n: int, families: list[str] | None = None) -> list[Path]:
     families = families or list(FAMILIES)
     return [write_task(out, families[i % len(families)], seed, i) for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.tasks.generate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m harbor_tasks.generate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path, help="directory for the task folders")
     ap.add_argument("--seed", required=True, type=int, help="instance seed (>= 0); train and eval seeds must differ")
@@ -337,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.force:
             return fail(f"--out {out}: exists and is not empty; pass --force to replace its task folders")
         entries = list(out.iterdir())
-        foreign = [e.name for e in entries if not (e.is_dir() and (e / "task.toml").is_file())]
+        foreign = [e.name for e in entries if not is_task(e)]
         if foreign:
             return fail(f"--out {out}: --force replaces only task folders, but it also holds {', '.join(foreign[:5])}")
         for e in entries:

@@ -38,17 +38,20 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from chat_corpus.decontaminate import resolve_suite
+from chat_corpus.masking import training_chat_template
+from chat_corpus.sft_corpus import CorpusArguments, SFTCorpus, SourceStats, build_sft_corpus, progress_bars
+from chat_corpus.sources import parse_sources, source_fingerprint
+from common.cache_dir import cache_root
 from common.digest import digest, files_digest
 from common.errors import CorpusError
-from trainers.masking import training_chat_template
-from trainers.sft_corpus import CorpusArguments, SFTCorpus, SourceStats, build_sft_corpus, progress_bars
-from trainers.sources import parse_sources, source_fingerprint
 
 KEY_VERSION = 1  # bump when an entry's layout changes
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PREPARING_CODE = ("trainers/sft_corpus.py", "trainers/sources.py", "trainers/records.py", "trainers/masking.py",
-                  "trainers/mixture.py", "trainers/harbor_trajectory.py", "trainers/decontaminate.py",
-                  "trainers/corpus_cache.py", "eval/tasks/generate.py")
+PREPARING_CODE = ("chat_corpus/sft_corpus.py", "chat_corpus/sources.py", "chat_corpus/records.py",
+                  "chat_corpus/masking.py", "chat_corpus/mixture.py", "chat_corpus/harbor_trajectory.py",
+                  "chat_corpus/decontaminate.py", "chat_corpus/cache.py", "harbor_tasks/generate.py",
+                  "harbor_tasks/folder.py", "harbor_tasks/suites.py")
 CACHE_ENV = "TERMINAL_RECIPES_CORPUS_CACHE"
 
 
@@ -60,8 +63,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def _suite_fingerprint(suite: str) -> str:
-    from trainers.decontaminate import resolve_suite
-
     _, tasks = resolve_suite(suite)
     return digest("".join(files_digest(sorted(p for p in task.rglob("*") if p.is_file()), task.parent)
                           for task in tasks))
@@ -101,8 +102,6 @@ def cache_key(args: CorpusArguments, tokenizer, max_length: int | None, template
 
 
 def cache_dir(args: CorpusArguments) -> Path:
-    from trainers.tiny_model import cache_root
-
     return Path(args.corpus_cache_dir or os.environ.get(CACHE_ENV) or cache_root() / "corpus").expanduser()
 
 

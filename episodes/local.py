@@ -18,36 +18,51 @@ TRL never closes an environment, so each episode's sandbox is stopped when the e
 starts, at exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this
 process).
 
-Three outcomes of an episode (the design's rule: an infrastructure failure is never a score):
-- scored: the verifier's reward (`/logs/verifier/reward.json` "reward", else `reward.txt`); 0 when the agent's
-  command took the sandbox down (out of memory, a full tmpfs: the agent's doing, as the sandbox core counts it);
+Three outcomes of an episode, decided by harbor_tasks.verdict as for an eval trial (the design's rule: an
+infrastructure failure is never a score):
+- scored: the verifier's reward; an agent failure (the tests timed out or wrote no reward) scores 0, as Harbor
+  scores it, and so does an agent's command that took the sandbox down (out of memory, a full tmpfs);
 - ended by a limit (`episode_wall_sec`): 0, or not scored with `limit_outcome: mask`;
 - infrastructure failure, not scored (None: TRL keeps the rollout out of the group's mean and std, and its
-  advantage is 0), counted by kind: `sandbox_start` (the sandbox or the task's Dockerfile replay failed),
-  `sandbox_error` (the sandbox failed under a command: a sandbox error, not the command's exit), `verifier_error`
-  (the tests wrote no reward or crashed), `verifier_timeout`.
+  advantage is 0), counted by kind (harbor_tasks.verdict.INFRA_KINDS): `environment_build` (the Dockerfile replay
+  failed), `network` (a build step or the verifier needed the network), `verifier_tools` (the verifier's own
+  runner is missing), `sandbox` (the sandbox failed at start, under a command or around the verifier).
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import threading
 import time
-import tomllib
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.bash_harness import DEFAULT_COMMAND_TIMEOUT_SEC, DEFAULT_MAX_OUTPUT_CHARS, format_output, timeout_message
+from common.bash_harness import (
+    DEFAULT_COMMAND_TIMEOUT_SEC,
+    DEFAULT_MAX_OUTPUT_CHARS,
+    format_output,
+    harness_prompt,
+    timeout_message,
+)
+from harbor_tasks.folder import TaskFolder
+from harbor_tasks.verdict import (
+    AGENT_FAILURE,
+    READ_VERIFIER_FILES,
+    TEST_STDOUT,
+    VERIFIER_DIR,
+    Verdict,
+    infra_failure,
+    judge_verifier_run,
+    parse_verifier_files,
+)
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
-INFRA_KINDS = ("sandbox_start", "sandbox_error", "verifier_error", "verifier_timeout")
 LIMIT_OUTCOMES = ("zero", "mask")
-# what the policy reads when its sandbox is gone (here, or on an episode server: trainers/remote_task_env.py)
+# what the policy reads when its sandbox is gone (here, or on an episode server: episodes/remote.py)
 NOT_RUNNING = "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
 SANDBOX_FAILED = "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
 
@@ -79,6 +94,7 @@ class EpisodeStats:
     episodes: int = 0
     scored: int = 0
     passed: int = 0
+    agent_failures: int = 0                # scored 0: the verifier timed out or wrote no reward (as Harbor scores them)
     masked_by_kind: Counter = field(default_factory=Counter)
     ended_by_limit: int = 0
     tool_calls: int = 0
@@ -114,12 +130,12 @@ class EpisodeStats:
             return {"episodes": self.episodes, "scored": self.scored, "passed": self.passed,
                     "pass_rate": round(self.passed / self.scored, 4) if self.scored else None,
                     "masked": sum(self.masked_by_kind.values()), "masked_by_kind": dict(self.masked_by_kind),
-                    "ended_by_limit": self.ended_by_limit, "tool_calls": self.tool_calls,
+                    "agent_failures": self.agent_failures, "ended_by_limit": self.ended_by_limit, "tool_calls": self.tool_calls,
                     "tool_errors": self.tool_errors, "sandbox_start_seconds_mean": mean(self.start_seconds),
                     "verify_seconds_mean": mean(self.verify_seconds)}
 
 
-_COUNTS = ("scored", "passed", "ended_by_limit", "tool_calls", "tool_errors")
+_COUNTS = ("scored", "passed", "agent_failures", "ended_by_limit", "tool_calls", "tool_errors")
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -145,12 +161,13 @@ class TaskEnvironment:
         self._start_error: BaseException | None = None
         self._box: BlockingSandbox | None = None
         self._task: Path | None = None
-        self._failure: str | None = None   # an INFRA_KINDS entry once the episode cannot be scored
+        self._failure: str | None = None   # an infrastructure kind (harbor_tasks.verdict.INFRA_KINDS) once unscorable
         self._unscored: tuple[str, str] | None = None  # (kind, detail) of an episode that is not scored
         self._limited = False
         self._started = 0.0
         self._result: float | None = None
         self._verified = False
+        self._verdict: Verdict | None = None
         self._killed_by_agent = False
         _LIVE.add(self)
 
@@ -159,7 +176,7 @@ class TaskEnvironment:
         """Start the episode of the row's task: a fresh sandbox with the task's Dockerfile replayed."""
         self._close()
         self._task, self._failure, self._unscored, self._limited = Path(row["task_dir"]), None, None, False
-        self._result, self._verified, self._killed_by_agent = None, False, False
+        self._result, self._verified, self._killed_by_agent, self._verdict = None, False, False, None
         self._stats.add(episodes=1)
         if self._background_start:
             self._starting = threading.Thread(target=self._start_in_thread, name="sandbox-start", daemon=True)
@@ -195,7 +212,7 @@ class TaskEnvironment:
                 self._limited = True
             return timeout_message(min(self._limits.command_timeout_sec, left))
         except SandboxError as err:
-            self._fail("sandbox_error", err)
+            self._fail(infra_failure(err, "sandbox"))
             return SANDBOX_FAILED
         if result.return_code == 137 and "the sandbox died" in result.stderr:
             # the sandbox's PID 1 went under the agent's command (memory, a full tmpfs): the agent's doing, as the
@@ -216,8 +233,7 @@ class TaskEnvironment:
     def _start(self) -> None:
         """Start the episode's sandbox: the task's Dockerfile replayed; a failure is `sandbox_start`, not scored."""
         started = time.monotonic()
-        workdir = _task_toml(self._task).get("environment", {}).get("workdir")
-        config = SandboxConfig(environment_dir=self._task / "environment", workdir=workdir,
+        config = SandboxConfig(environment_dir=self._task / "environment", workdir=TaskFolder.of(self._task).workdir,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
                                wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
         box = BlockingSandbox(config)
@@ -225,7 +241,7 @@ class TaskEnvironment:
             box.start()
         except (SandboxError, OSError) as err:
             box.close()
-            self._fail("sandbox_start", err)
+            self._fail(infra_failure(err))
             return
         self._box = box
         self._started = time.monotonic()
@@ -260,32 +276,45 @@ class TaskEnvironment:
                 self._unscored = ("episode_wall_sec", f"ran past episode_wall_sec "
                                   f"({self._limits.episode_wall_sec:g} s) with limit_outcome: mask")
                 return None
-        timeout = verifier_timeout_sec(self._task)
+        task = TaskFolder.of(self._task)
+        timeout = task.verifier_timeout_sec
         started = time.monotonic()
+        timed_out = False
         try:
             # the agent's files under /logs/verifier never count: the folder is emptied, then the tests uploaded
-            self._box.exec("rm -rf /logs/verifier /tests && mkdir -p /logs/verifier /tests", timeout_sec=30)
+            self._box.exec(f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} /tests", timeout_sec=30)
             self._box.upload_dir(self._task / "tests", "/tests")
-            run = self._box.exec("bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1", timeout_sec=timeout)
-            reward = self._box.exec("cat /logs/verifier/reward.json 2>/dev/null || cat /logs/verifier/reward.txt",
-                                    timeout_sec=30)
-        except SandboxExecTimeoutError:
-            return self._fail("verifier_timeout", f"tests/test.sh ran past {timeout:.0f} s")
+            mark = self._box.network_mark()
+            try:
+                self._box.exec(f"bash /tests/test.sh > {VERIFIER_DIR}/{TEST_STDOUT} 2>&1", timeout_sec=timeout)
+            except SandboxExecTimeoutError:
+                timed_out = True
+            files = self._box.exec(READ_VERIFIER_FILES, cwd="/", timeout_sec=30)
+            verifier_names = self._box.names_asked(mark, commands_only=True)
+            agent_names = self._box.names_asked(0, until=mark)
         except (SandboxError, OSError) as err:
-            return self._fail("verifier_error", err)
+            return self._fail(infra_failure(err, "sandbox"))
         finally:
             self._stats.verify_seconds.append(time.monotonic() - started)
-        value = _reward_value(reward.stdout) if reward.return_code == 0 else None
-        if value is None:
-            return self._fail("verifier_error", f"tests/test.sh (exit {run.return_code}) wrote no reward")
-        self._stats.add(scored=1, passed=int(value >= 1.0))
-        return value
+        # the same verdict the eval side reaches from the same files (harbor_tasks.verdict); the sandbox has no
+        # network, so a task that declares internet and an agent that asked for names is the missing network's
+        verdict = judge_verifier_run(*parse_verifier_files(files.stdout), timed_out=timed_out,
+                                     verifier_names=verifier_names, agent_names=agent_names,
+                                     internet_allowed=task.internet_declared)
+        self._verdict = verdict
+        if verdict.infra_kind is not None:
+            return self._fail(verdict)
+        self._stats.add(scored=1, passed=int(verdict.passed), agent_failures=int(verdict.outcome == AGENT_FAILURE))
+        return verdict.score
 
-    def _fail(self, kind: str, detail) -> None:
+    def _fail(self, verdict: Verdict) -> None:
+        """The episode is not scored: an infrastructure failure (its kind counted, the first one kept)."""
         if self._failure is None:
-            self._failure, self._unscored = kind, (kind, str(detail))
-            self._stats.mask(kind)
-            logging.getLogger(__name__).warning("episode not scored: %s: %s: %s", self._task, kind, detail)
+            self._failure, self._unscored = verdict.infra_kind, (verdict.infra_kind, verdict.detail)
+            self._verdict = verdict
+            self._stats.mask(verdict.infra_kind)
+            logging.getLogger(__name__).warning("episode not scored: %s: %s: %s", self._task, verdict.infra_kind,
+                                                verdict.detail)
         return None
 
     def _close(self, wait: bool = True) -> None:
@@ -308,6 +337,11 @@ class TaskEnvironment:
         self._close()
 
 
+def task_prompt(task: Path) -> list[dict]:
+    """The conversation an episode starts from: the task's instruction and how to act (training and oracle alike)."""
+    return [{"role": "user", "content": harness_prompt(TaskFolder.of(task).instruction)}]
+
+
 def episode_reward(env: TaskEnvironment) -> float | None:
     """The episode's reward from the task's tests (run once; the sandbox is stopped after), or None when it is not
     scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
@@ -315,8 +349,14 @@ def episode_reward(env: TaskEnvironment) -> float | None:
 
 
 def episode_failure(env: TaskEnvironment) -> tuple[str, str] | None:
-    """Why the episode is not scored, `(kind, detail)` (an INFRA_KINDS entry or "episode_wall_sec"), or None."""
+    """Why the episode is not scored, `(kind, detail)` (an infrastructure kind or "episode_wall_sec"), or None."""
     return env._unscored
+
+
+def episode_verdict(env: TaskEnvironment) -> Verdict | None:
+    """The verdict of the episode's verifier run or infrastructure failure (None before it is verified, or when a
+    limit or the agent's own command ended it)."""
+    return env._verdict
 
 
 def end_episode(env: TaskEnvironment) -> None:
@@ -329,28 +369,3 @@ def _stop(box: BlockingSandbox) -> None:
         box.close()
     except SandboxError:
         pass
-
-
-def verifier_timeout_sec(task: Path) -> float:
-    """How long the task's tests may run (task.toml `[verifier] timeout_sec`, default 120)."""
-    return float(_task_toml(task).get("verifier", {}).get("timeout_sec", 120))
-
-
-def _task_toml(task: Path) -> dict:
-    try:
-        return tomllib.loads((task / "task.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
-
-
-def _reward_value(text: str) -> float | None:
-    """reward.json's "reward" (or its only value), else reward.txt's number."""
-    text = text.strip()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if isinstance(value, dict):
-        value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-

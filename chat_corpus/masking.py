@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chat_corpus.records import RecordError
 from common.errors import ConfigError
-from trainers.records import RecordError
 
 TRUNCATION_POLICIES = ("turns", "keep_start", "drop")
 

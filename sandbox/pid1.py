@@ -1,7 +1,7 @@
 """PID 1 of a sandbox. Runs in: any Python >= 3.11, standard library only, as ``python -I``.
 
 Started by ``sandbox.core.Sandbox.start`` as
-``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python -I init.py sandbox_init:NAME CONFIG``
+``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python -I pid1.py sandbox_init:NAME CONFIG``
 (the ``sandbox_init:NAME`` label only names the process in the host's ``ps``; CONFIG is JSON), so it
 already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the sandbox's root:
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from chat_corpus.mixture import split_by_group, subsample
+from chat_corpus.records import RecordError
+from chat_corpus.sft_corpus import CorpusArguments
+from chat_corpus.sources import dotted_get, load_sources, parse_sources, prompt_messages
 from common.errors import CorpusError
-from trainers.mixture import split_by_group, subsample
-from trainers.records import RecordError
-from trainers.sft_corpus import CorpusArguments
-from trainers.sources import dotted_get, load_sources, parse_sources, prompt_messages
 
 
 @dataclass

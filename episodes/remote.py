@@ -7,18 +7,18 @@ Runs in: the training venv (Python 3.11); needs only httpx.
     env = RemoteTaskEnvironment(servers, EpisodeLimits(), EpisodeStats())  # GRPOTrainer(environment_factory=...)
     env.reset(task_dir=".../write-value-1-0", task="write-value-1-0")      # the dataset row's columns
     env.bash("ls")                                                         # runs on the server's sandbox
-    episode_reward(env)                                                    # trainers.task_env's reading
+    episode_reward(env)                                                    # episodes.local's reading
 
 The server runs a `TaskEnvironment` per session, so rewards, limits and failure kinds are the local ones. The task
 goes by name (the row's `task`) with the digest of the trainer's copy: the server looks it up under its own
 `--tasks` folders and refuses a task it lacks (404) or holds in another version (409); either, or a refused token
 (401), stops the run with one line (ConfigError), since every later episode would fail the same way.
 
-What the network adds, all of it "not scored", never a 0 (counted by kind as the local failures are):
-- `sandbox_start`: no server took the session: unreachable, 5xx, a timeout, or every server at capacity (429) for
-  `start_timeout` seconds (a full or unreachable server hands the seed to the next URL);
-- `sandbox_error`: a `bash` call failed on the network, with a 5xx, or found its session gone;
-- `verifier_error`: `/verify` failed after its retries (it is idempotent: the server keeps the result).
+What the network adds, all of it "not scored", never a 0 (kind `sandbox`, counted as the local failures are; the
+detail says which): no server took the session (unreachable, 5xx, a timeout, or every server at capacity (429) for
+`start_timeout` seconds: a full or unreachable server hands the seed to the next URL); a `bash` call failed on the
+network, with a 5xx, or found its session gone; `/verify` failed after its retries (it is idempotent: the server
+keeps the result).
 `bash` is retried only when its request never reached the server (a command may have side effects); verify and
 close are retried on any network error or 5xx. A keepalive thread renews the leases of this process's live
 sessions, so a session expires only when its trainer has stopped calling (died, or hung).
@@ -41,8 +41,8 @@ import httpx
 
 from common.errors import ConfigError
 from episodes import TOKEN_ENV
-from trainers.agentic_tasks import task_digest
-from trainers.task_env import NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment
+from episodes.local import NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment
+from harbor_tasks.folder import TaskFolder
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def _close_all():
 
 class RemoteTaskEnvironment:
     """One episode at a time in a session on an episode server: `reset(task_dir=..., task=...)`, the policy's
-    `bash` calls, then `episode_reward(env)` (trainers.task_env). Public methods are the policy's tools: `bash`,
+    `bash` calls, then `episode_reward(env)` (episodes.local). Public methods are the policy's tools: `bash`,
     the same tool as TaskEnvironment's, description included (TRL derives the same schema from both)."""
 
     def __init__(self, servers: EpisodeServers, limits: EpisodeLimits | None = None,
@@ -223,12 +223,12 @@ class RemoteTaskEnvironment:
         self._stats.add(episodes=1)
         started = time.monotonic()
         try:
-            url, reply = self._servers.seed(self._task, task_digest(task_dir), self._limits)
+            url, reply = self._servers.seed(self._task, TaskFolder.of(task_dir).digest, self._limits)
         except EpisodeServerError as err:
-            self._fail("sandbox_start", err)
+            self._fail("sandbox", f"no episode server took the session: {err}")
             return None
         if reply.get("resources_session_id") is None:  # the server's sandbox did not start (its TaskEnvironment's)
-            self._fail(reply.get("failure_kind") or "sandbox_start", f"{url}: {reply.get('failure_reason')}")
+            self._fail(reply.get("failure_kind") or "sandbox", f"{url}: {reply.get('failure_reason')}")
             return None
         self._url, self._session = url, reply["resources_session_id"]
         self._verify_timeout = float(reply.get("verifier_timeout_sec", 120.0))
@@ -243,7 +243,7 @@ class RemoteTaskEnvironment:
             reply = self._servers.call(self._url, "/bash", {"resources_session_id": self._session, "command": command},
                                        self._limits.command_timeout_sec + 60, idempotent=False)
         except EpisodeServerError as err:
-            self._fail("sandbox_error", err)
+            self._fail("sandbox", f"a bash call failed on its episode server: {err}")
             self._close()
             return SANDBOX_FAILED
         return reply["output"]
@@ -267,14 +267,14 @@ class RemoteTaskEnvironment:
                                        self._verify_timeout + 90, idempotent=True)
         except EpisodeServerError as err:
             self._close()
-            return self._fail("verifier_error", err)
+            return self._fail("sandbox", f"/verify failed on its episode server: {err}")
         finally:
             self._stats.verify_seconds.append(time.monotonic() - started)
         self._servers.ended(url, session)
         self._url = self._session = None
         self._stats.merge(reply.get("counts", {}))  # scored, passed, tool calls, not-scored kinds: the server's
         if reply.get("reward") is None:
-            self._unscored = (reply.get("failure_kind") or "verifier_error", str(reply.get("failure_reason")))
+            self._unscored = (reply.get("failure_kind") or "sandbox", str(reply.get("failure_reason")))
             logger.warning("episode not scored: %s on %s: %s: %s", self._task, url, *self._unscored)
             return None
         return float(reply["reward"])

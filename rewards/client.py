@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from rewards.protocol import make_response
 from common.errors import UserError
+from rewards.protocol import make_response
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What agentic GRPO trains on: Harbor task folders as prompt rows for TRL, and the reward that runs their tests.
 
-Runs in: the training venv (Python 3.11). The harness is a bash tool (trainers/task_env.py; its definition, shared
+Runs in: the training venv (Python 3.11). The harness is a bash tool (episodes/local.py; its definition, shared
 with the eval agent harbor_plugins/bash_tool_agent.py, is common/bash_harness.py): the prompt is the task's
 instruction plus one line on how to act, the policy calls `bash` as a Qwen3-style tool call, and the episode ends
 when it answers without one (or at `max_tool_calling_iterations`). Episodes run in local sandboxes of the trainer's
@@ -9,23 +9,22 @@ node, or, with `sandbox_urls`, on episode servers (episodes/: CPU nodes of their
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from common.bash_harness import BASH_TOOL, TOOL_NAME, harness_prompt
-from common.digest import files_digest
 from common.errors import ConfigError
 from common.stats import percentile
-from trainers.task_env import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
-
+from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
+from episodes.remote import EpisodeServers, RemoteTaskEnvironment
+from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
+from harbor_tasks.generate import FAMILIES, generate
+from harbor_tasks.verdict import passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
+_LIMITS = EpisodeLimits()
 
 
 @dataclass
@@ -35,7 +34,7 @@ class AgenticTaskArguments:
     task_dirs: list[str] = field(default_factory=list, metadata={
         "help": "folders of Harbor task folders (instruction.md, environment/, tests/) to train on"})
     generate_seed: int | None = field(default=None, metadata={
-        "help": "generate procedural tasks (eval/tasks/generate.py) with this seed into task_dirs[0] first"})
+        "help": "generate procedural tasks (harbor_tasks/generate.py) with this seed into task_dirs[0] first"})
     generate_n: int = field(default=20, metadata={"help": "how many to generate"})
     generate_families: list[str] = field(default_factory=list, metadata={"help": "which families (default: all)"})
     heldout_dir: str | None = field(default=None, metadata={
@@ -46,11 +45,13 @@ class AgenticTaskArguments:
     heldout_n: int = field(default=20, metadata={"help": "how many held-out tasks"})
     heldout_families: list[str] = field(default_factory=list, metadata={
         "help": "the held-out tasks' families (default: generate_families)"})
-    command_timeout_sec: float = 30.0
-    episode_wall_sec: float = 300.0
-    max_output_chars: int = 2000
-    limit_outcome: str = field(default="zero", metadata={"help": "an episode ended by episode_wall_sec: zero | mask"})
-    sandbox_memory_mb: int = 1024
+    # the episode limits: EpisodeLimits's defaults (episodes/local.py), one definition
+    command_timeout_sec: float = _LIMITS.command_timeout_sec
+    episode_wall_sec: float = _LIMITS.episode_wall_sec
+    max_output_chars: int = _LIMITS.max_output_chars
+    limit_outcome: str = field(default=_LIMITS.limit_outcome, metadata={
+        "help": "an episode ended by episode_wall_sec: zero | mask"})
+    sandbox_memory_mb: int = _LIMITS.memory_mb
     sandbox_urls: list[str] = field(default_factory=list, metadata={
         "help": "episode servers (python -m episodes.server) to run the sandboxes on, e.g. http://cpu1:8200; "
                 "sessions are spread over them. Empty: local sandboxes on the trainer's node"})
@@ -86,8 +87,6 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
     too when heldout_seed is set (prepare_heldout)."""
     if not args.task_dirs:
         raise ConfigError("task_dirs is empty: name at least one folder of Harbor task folders")
-    from eval.tasks.generate import FAMILIES, generate
-
     for key in ("generate_families", "heldout_families"):
         unknown = [f for f in getattr(args, key) if f not in FAMILIES]
         if unknown:
@@ -104,9 +103,9 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
     for root in map(Path, args.task_dirs):
         if not root.is_dir():
             raise ConfigError(f"task_dirs: {root} is not a folder (give folders of Harbor task folders)")
-        found = sorted(d for d in root.iterdir() if is_task(d))
+        found = [d for d in task_folders(root) if TaskFolder.of(d).single_step_runnable]
         if not found:
-            raise ConfigError(f"task_dirs: {root} holds no task folder with instruction.md and tests/")
+            raise ConfigError(f"task_dirs: {root} holds no task folder (task.toml, instruction.md, tests/test.sh)")
         tasks += found
     return tasks
 
@@ -117,8 +116,6 @@ def prepare_heldout(args: AgenticTaskArguments) -> None:
         return
     if not args.heldout_dir:
         raise ConfigError("heldout_seed is set but heldout_dir is not: name the folder to generate them into")
-    from eval.tasks.generate import generate
-
     out = Path(args.heldout_dir)
     if not (out.is_dir() and any(out.iterdir())):
         generate(out, args.heldout_seed, args.heldout_n, args.heldout_families or args.generate_families or None)
@@ -127,8 +124,6 @@ def prepare_heldout(args: AgenticTaskArguments) -> None:
 def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:
     """{"train_seeds", "eval_seeds"}: the generated tasks' seeds on each side ({seed: tasks}; eval suites that are
     not local folders count none), after refusing a run whose eval suites share a seed with its train tasks."""
-    from eval.tasks.generate import task_seeds
-
     train: dict[int, int] = {}
     for root in task_dirs:
         for seed, n in task_seeds(root).items():
@@ -140,36 +135,6 @@ def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:
             raise ConfigError(f"eval_suites: {suite} has tasks of seed {', '.join(map(str, shared))}, which the train "
                               "tasks use too: held-out tasks must come from a seed never used in training")
     return {"train_seeds": train, "eval_seeds": held}
-
-
-def is_task(path: Path) -> bool:
-    """A Harbor task folder an episode can run: an instruction and tests."""
-    return (path / "instruction.md").is_file() and (path / "tests").is_dir()
-
-
-@functools.lru_cache(maxsize=None)
-def task_digest(task: Path) -> str:
-    """The digest of a task folder (every file's relative path and bytes, common.digest.files_digest): the
-    trainer's and an episode server's copy of a task are the same task only if their digests are (read once per
-    process)."""
-    return files_digest(sorted(p for p in task.rglob("*") if p.is_file()), task)
-
-
-@functools.lru_cache(maxsize=None)
-def task_family(task: str | Path) -> str | None:
-    """A generated task's family (task.toml `[metadata] family`, eval/tasks/generate.py), else None."""
-    import tomllib
-
-    try:
-        family = tomllib.loads((Path(task) / "task.toml").read_text()).get("metadata", {}).get("family")
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    return family if isinstance(family, str) and family else None
-
-
-def task_prompt(task: Path) -> list[dict]:
-    """The conversation an episode starts from: the task's instruction and how to act (training and oracle alike)."""
-    return [{"role": "user", "content": harness_prompt((task / "instruction.md").read_text())}]
 
 
 def task_dataset(tasks: list[Path]):
@@ -185,8 +150,6 @@ def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
     if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
         return partial(TaskEnvironment, args.limits(), stats, background_start=True)
-    from trainers.remote_task_env import EpisodeServers, RemoteTaskEnvironment
-
     servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,
                              start_timeout=args.sandbox_start_timeout, retries=args.sandbox_retries)
     return partial(RemoteTaskEnvironment, servers, args.limits(), stats)
@@ -212,19 +175,19 @@ def task_tests_reward(stats: EpisodeStats):
         starts_seen[0] += len(starts)
         batch: dict[str, list[float]] = {}
         for reward, task in zip(rewards, task_dir or []):
-            family = task_family(task)
+            family = TaskFolder.of(task).family if task else None
             if reward is not None and family is not None:
                 batch.setdefault(family, []).append(reward)
         for family, scored in batch.items():
             counts = by_family.setdefault(family, {"scored": 0, "passed": 0})
             counts["scored"] += len(scored)
-            counts["passed"] += sum(r >= 1.0 for r in scored)
+            counts["passed"] += sum(passed(r) for r in scored)
         if log_metric is not None:
             scored = [r for r in rewards if r is not None]
             if scored:
-                log_metric("episodes/pass_rate", sum(r >= 1.0 for r in scored) / len(scored))
+                log_metric("episodes/pass_rate", sum(passed(r) for r in scored) / len(scored))
             for family, family_scored in sorted(batch.items()):
-                log_metric(f"episodes/pass_rate/{family}", sum(r >= 1.0 for r in family_scored) / len(family_scored))
+                log_metric(f"episodes/pass_rate/{family}", sum(passed(r) for r in family_scored) / len(family_scored))
             log_metric("episodes/masked", float(len(rewards) - len(scored)))
             totals = stats.as_dict()
             for kind, count in totals["masked_by_kind"].items():
@@ -266,51 +229,31 @@ def episode_transcript(messages) -> str:
     return "\n".join(lines)
 
 
-def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
-    """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh as the
-    scripted teacher's tool calls, `bash_tool_commands`) runs in the task's sandbox: real tool output, the tests'
-    reward in metadata. Teacher data for SFT in the harness agentic GRPO trains, so an RL start can be partly right."""
-    from eval.scripted_teacher import FINAL_ANSWER, bash_tool_commands
-
-    commands = bash_tool_commands((task / "solution" / "solve.sh").read_text())
-    env.reset(task_dir=str(task))
-    messages = task_prompt(task)
-    for i, command in enumerate(commands):
-        call_id = f"call_{i}"
-        messages.append({"role": "assistant", "content": "", "tool_calls": [{
-            "id": call_id, "type": "function",
-            "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": command})}}]})
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": env.bash(command)})
-    messages.append({"role": "assistant", "content": FINAL_ANSWER})
-    reward = episode_reward(env)
-    return {"messages": messages, "tools": [BASH_TOOL],
-            "metadata": {"task": task.name, "source_trajectory_uid": task.name, "reward": reward}}
-
 
 def main(argv: list[str] | None = None) -> int:
-    from tqdm.auto import tqdm
+    """`python -m trainers.agentic prepare CONFIG`: generate the config's train tasks as the trainer would and print
+    their folders, one a line (the agentic launcher serves them from episode servers before the run starts)."""
+    import argparse
+    import sys
 
-    parser = argparse.ArgumentParser(prog="python -m trainers.agentic_tasks", description=__doc__)
-    parser.add_argument("--tasks", required=True, nargs="+", help="folders of Harbor task folders")
-    parser.add_argument("--collect", required=True, type=Path, help="JSONL file of oracle episodes to write (an SFT "
-                        "source; keep the solved ones with min_reward: 1)")
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m trainers.agentic", description=main.__doc__)
+    parser.add_argument("command", choices=["prepare"])
+    parser.add_argument("config")
     args = parser.parse_args(argv)
+    keys = ("task_dirs", "generate_seed", "generate_n", "generate_families")
     try:
-        tasks = prepare_tasks(AgenticTaskArguments(task_dirs=args.tasks))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        config = yaml.safe_load(Path(args.config).read_text()) or {}
+        task_args = AgenticTaskArguments(**{k: config[k] for k in keys if k in config})
+        tasks = prepare_tasks(task_args)
+    except (OSError, yaml.YAMLError, ConfigError, ValueError) as err:
+        print(f"error: {args.config}: {err}", file=sys.stderr)
         return 2
-    stats = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(), stats)
-    args.collect.parent.mkdir(parents=True, exist_ok=True)
-    with args.collect.open("w") as out:
-        for task in tqdm(tasks, desc="oracle episodes", unit="task"):
-            out.write(json.dumps(oracle_episode(task, env)) + "\n")
-    totals = stats.as_dict()
-    print(f"{len(tasks)} oracle episodes in {args.collect}: {totals['passed']} solved, {totals['scored']} scored, "
-          f"not scored by kind {totals['masked_by_kind'] or '{}'}")
+    print(f"{len(tasks)} tasks under {', '.join(task_args.task_dirs)}", file=sys.stderr)
+    print("\n".join(task_args.task_dirs))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The SFT corpus: sources from the config, validated, split by group, mixed, tokenized with loss masks.
 
 Nothing is dropped or cut silently: every invalid row, truncated record, dropped record, repeated record and
-record dropped as contaminated by an eval suite (`decontaminate_against`, trainers/decontaminate.py) is counted
+record dropped as contaminated by an eval suite (`decontaminate_against`, chat_corpus/decontaminate.py) is counted
 per source in `SourceStats`, which the run summary prints and logs.
 """
 
@@ -11,12 +11,12 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 
+from chat_corpus.decontaminate import Decontaminator
+from chat_corpus.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
+from chat_corpus.mixture import mix_by_weight, split_by_group, subsample
+from chat_corpus.records import RecordError
+from chat_corpus.sources import FORMATS, load_sources, parse_sources
 from common.errors import CorpusError
-from trainers.decontaminate import Decontaminator
-from trainers.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
-from trainers.mixture import mix_by_weight, split_by_group, subsample
-from trainers.records import RecordError
-from trainers.sources import FORMATS, load_sources, parse_sources
 
 
 @dataclass
@@ -41,12 +41,12 @@ class CorpusArguments:
         "task folder): records sharing an n-gram specific to one of their tasks are dropped before the split and "
         "counted; records sharing only template n-grams (in 2+ tasks of a suite, or for a generated task in 2+ "
         "reference instances of its family) are kept and counted. See "
-        "trainers/decontaminate.py. SFT only.")})
+        "chat_corpus/decontaminate.py. SFT only.")})
     decontaminate_ngram: int = field(default=13, metadata={
         "help": "n-gram size, in lowercase words, of the decontamination check (13: the Terminal-Universe check)."})
     corpus_cache: bool = field(default=True, metadata={
         "help": "Keep the prepared corpus (tokenized, masked, truncated records and their counts) on disk, keyed by "
-                "what determines it (trainers/corpus_cache.py), so later runs and every other rank load it instead "
+                "what determines it (chat_corpus/cache.py), so later runs and every other rank load it instead "
                 "of preparing it again. false: prepare in memory on every process."})
     corpus_cache_dir: str | None = field(default=None, metadata={
         "help": "Folder of the prepared corpora (default $TERMINAL_RECIPES_CORPUS_CACHE, else "
@@ -182,7 +182,7 @@ def build_sft_corpus(args: CorpusArguments, tokenizer, max_length: int | None, s
                      num_proc: int | None = None, fingerprint: str | None = None) -> SFTCorpus:
     """The corpus as configured: sources loaded and validated, decontaminated, subsampled, split by group, tokenized
     (by `num_proc` processes: the SFT config's `dataset_num_proc`), mixed by weight, every drop counted.
-    trainers/corpus_cache.py keeps the result on disk between runs."""
+    chat_corpus/cache.py keeps the result on disk between runs."""
     template = training_chat_template(tokenizer)
     checker = None
     if args.decontaminate_against:  # the suites first: a bad one fails before the corpus is read

@@ -4,7 +4,7 @@ copy-pretrained on synthetic sequences, no task text).
 - `builtin:tiny-qwen3` stands for the embedded default anywhere a model name is accepted. It is built on first
   use from a config and a tokenizer trained on the text of the bundled sample corpora, and cached under
   `$TERMINAL_RECIPES_CACHE` (default `~/.cache/terminal-recipes`).
-- `python -m trainers.tiny_model --out DIR --corpus PATH... [--preset student]` builds a model from scratch with a
+- `python -m modeling.tiny_model --out DIR --corpus PATH... [--preset student]` builds a model from scratch with a
   tokenizer trained on the given corpus (JSONL files, Harbor job dirs: their agent/trajectory.json): the learning
   run (`make learn`) trains it on teacher trajectories. The `student` preset is sized for 2 CPU cores (4 layers,
   hidden 256, ~3.5M parameters) and pre-tokenizes so that an identifier splits the same way wherever it stands:
@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import importlib.resources
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chat_corpus.sources import Source, load_source
+from common.cache_dir import cache_root
 from common.errors import ConfigError
 
 BUILTIN_PREFIX = "builtin:"
@@ -73,10 +74,6 @@ PRESETS = {
 }
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("TERMINAL_RECIPES_CACHE", Path.home() / ".cache" / "terminal-recipes"))
-
-
 def tokenizer_corpus_files(corpus_dir: Path = CORPUS_DIR) -> list[Path]:
     """The files whose strings train the tokenizer: the sample corpora under data/ (JSONL, JSON and the trials'
     text files), not the READMEs beside them or the scripts that make and check them."""
@@ -85,9 +82,8 @@ def tokenizer_corpus_files(corpus_dir: Path = CORPUS_DIR) -> list[Path]:
 
 def record_texts(paths: Iterable[str | Path]) -> tuple[list[str], int]:
     """(every string of every record, the number of records) of the corpus sources at `paths` (JSONL files, Harbor
-    job dirs, ...), read as the SFT recipe reads them (trainers/sources.py): the text the model will see, e.g. a
+    job dirs, ...), read as the SFT recipe reads them (chat_corpus/sources.py): the text the model will see, e.g. a
     Harbor trajectory's assistant turns rebuilt as Terminus-2 JSON, not the trajectory file's own fields."""
-    from trainers.sources import Source, load_source
 
     texts: list[str] = []
     records = 0
@@ -291,7 +287,7 @@ def resolve_model(name_or_path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainers.tiny_model", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m modeling.tiny_model", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="the model folder to write (replaced if it exists)")
     parser.add_argument("--corpus", required=True, nargs="+", help="JSONL files or Harbor job dirs to train the "

@@ -1,7 +1,7 @@
 """Packed (padding-free) attention that never attends across records: `attn_implementation: varlen` and
 `varlen_sdpa`, registered with transformers' AttentionInterface.
 
-- `varlen`: the kernel for the device. trainers/kernels.py turns it into `flash_attention_2` where the flash-attn
+- `varlen`: the kernel for the device. modeling/kernels.py turns it into `flash_attention_2` where the flash-attn
   package is installed on a CUDA machine; otherwise, when the padding-free collator passes the records' bounds
   (`cu_seq_lens_q`), CUDA tensors in bf16/fp16 go to PyTorch's own variable-length attention
   (`torch.nn.attention.varlen.varlen_attn`, flash-attention kernels shipped with torch, no extra package), and

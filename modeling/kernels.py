@@ -2,7 +2,7 @@
 one clear line when the config asks for what the machine cannot do right.
 
 - Packed attention. `attn_implementation: varlen` becomes `flash_attention_2` where the flash-attn package is
-  installed on a CUDA machine; elsewhere it stays `varlen` (trainers/varlen_attention.py): PyTorch's own
+  installed on a CUDA machine; elsewhere it stays `varlen` (modeling/varlen_attention.py): PyTorch's own
   variable-length attention on CUDA, one causal SDPA call per record on CPU. Other values pass through.
 - Linear-attention layers (Qwen3.5's and Qwen3-Next's Gated DeltaNet, Mamba-style layers: any layer type
   transformers names `linear_attention`) carry a recurrent state from token to token. A packed row keeps its

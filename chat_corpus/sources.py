@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chat_corpus.harbor_trajectory import trajectory_to_chat
+from chat_corpus.records import RecordError, normalize_chat, text_content
 from common.digest import files_digest
 from common.errors import CorpusError
-from trainers.harbor_trajectory import trajectory_to_chat
-from trainers.records import RecordError, normalize_chat, text_content
 
 FORMATS = ("auto", "chat", "pivot", "harbor", "grpo")
 MAX_PROBLEMS_SHOWN = 50

@@ -7,14 +7,14 @@ and an n-gram is N consecutive words; N = 13 by default, the Terminal-Universe p
   instruction.md plus every file under its tests/ folder (each file on its own: no n-gram spans two files), and
   for a multi-step task the same of each `steps/<step>/` too.
   A suite is given as a folder of task folders, a single task folder, or `builtin:terminal` / `builtin:evocode`
-  (eval/run.py's BUILTIN_SUITES). A Harbor dataset name (`terminal-bench@2.0`) cannot be read offline: pass a
+  (harbor_tasks.suites.BUILTIN_SUITES). A Harbor dataset name (`terminal-bench@2.0`) cannot be read offline: pass a
   local folder of its tasks.
 - A record's text is everything it trains or conditions on: every message's content and reasoning, tool call
   names and arguments, the tools' schemas (GRPO prompts: the prompt messages). Records come from the repo's
-  loaders (`trainers.sources.load_source`), so every format the corpus reads is checked the same way, each
+  loaders (`chat_corpus.sources.load_source`), so every format the corpus reads is checked the same way, each
   record named by its origin (`file:line`).
 
-Template vs contamination. Instances of a generated task family (eval/tasks/generate.py: `count-lines-7-0`,
+Template vs contamination. Instances of a generated task family (harbor_tasks/generate.py: `count-lines-7-0`,
 `count-lines-7-10`, ...) share their template by design, and a held-out instance differs only in its values
 (names, paths, numbers). So, per suite:
 
@@ -61,7 +61,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chat_corpus.sources import Source, load_source, to_record
 from common.errors import CorpusError
+from harbor_tasks.folder import TaskFolder
+from harbor_tasks.generate import FAMILIES, write_task
+from harbor_tasks.suites import SuiteError, local_suite
 
 DEFAULT_N = 13
 REFERENCE_INSTANCES = 256  # reference instances per generated family (0: none, the 2+-tasks rule only)
@@ -120,37 +124,13 @@ def record_text(record: dict) -> str:
 
 # --- suites -------------------------------------------------------------------------------------------------------
 
-def _is_task(path: Path) -> bool:
-    return (path / "instruction.md").is_file() or (path / "task.toml").is_file()
-
-
 def resolve_suite(suite: str) -> tuple[Path, list[Path]]:
-    """(folder, task folders) of a suite: `builtin:<name>`, a folder of Harbor tasks or one task folder."""
-    from eval.run import BUILTIN_SUITES  # lazily: the eval runner is not needed to read a corpus
-
-    if suite in BUILTIN_SUITES:
-        path = Path(BUILTIN_SUITES[suite])
-    elif suite.startswith("builtin:"):
-        raise CorpusError(f"{suite}: unknown built-in suite; use one of {', '.join(BUILTIN_SUITES)} or a local "
-                          "folder of Harbor tasks")
-    else:
-        path = Path(suite)
-        if not path.exists():
-            if ("@" in suite or "/" in suite) and not suite.startswith((".", "/", "~")):
-                raise CorpusError(f"{suite}: a Harbor dataset name cannot be read offline; download its tasks and "
-                                  "pass the local folder (a folder of task folders with instruction.md and tests/)")
-            raise CorpusError(f"{suite}: no such file or directory; pass a folder of Harbor tasks, one task folder, "
-                              f"or one of {', '.join(BUILTIN_SUITES)}")
-    if not path.is_dir():
-        raise CorpusError(f"{suite}: not a folder; pass a folder of Harbor tasks (each with instruction.md and "
-                          "tests/) or one task folder")
-    if _is_task(path):
-        return path, [path]
-    tasks = sorted(child for child in path.iterdir() if child.is_dir() and _is_task(child))
-    if not tasks:
-        raise CorpusError(f"{suite}: no Harbor tasks in this folder (subfolders with task.toml or instruction.md); "
-                          "pass a folder of task folders or one task folder")
-    return path, tasks
+    """(folder, task folders) of a suite: `builtin:<name>`, a folder of Harbor tasks or one task folder
+    (harbor_tasks.suites.local_suite; CorpusError with its fix otherwise)."""
+    try:
+        return local_suite(suite)
+    except SuiteError as err:
+        raise CorpusError(str(err)) from None
 
 
 def task_texts(task: Path) -> list[str]:
@@ -173,19 +153,11 @@ def task_texts(task: Path) -> list[str]:
 # --- generated tasks: their family's template, learned from reference instances -----------------------------------
 
 def generated_origin(task: Path) -> tuple[str, int, int] | None:
-    """(family, seed, index) of a task folder written by eval/tasks/generate.py (its task.toml `[metadata]`), for a
-    family the generator still has; None for any other task."""
-    import tomllib
-
-    from eval.tasks.generate import FAMILIES
-
-    try:
-        meta = tomllib.loads((task / "task.toml").read_text()).get("metadata", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    family, seed, index = meta.get("family"), meta.get("seed"), meta.get("index")
-    if family in FAMILIES and all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, index)):
-        return family, seed, index
+    """(family, seed, index) of a task folder written by harbor_tasks/generate.py (its task.toml `[metadata]`), for
+    a family the generator still has; None for any other task."""
+    folder = TaskFolder.of(task)
+    if folder.family in FAMILIES and folder.seed is not None and folder.index is not None:
+        return folder.family, folder.seed, folder.index
     return None
 
 
@@ -203,8 +175,6 @@ def family_template(family: str, n: int = DEFAULT_N, references: int = REFERENCE
     the values its small pools draw again and again. Instance k is `write_task(tmp, family, REFERENCE_SEED + k, 0)`
     (seeds in `skip`, those of the suite's own tasks, passed over), read as a suite's task is (`task_texts`).
     Cached per process."""
-    from eval.tasks.generate import write_task
-
     seeds = [seed for seed in range(REFERENCE_SEED, REFERENCE_SEED + references + len(skip)) if seed not in skip]
     counts: Counter[tuple[str, ...]] = Counter()
     with tempfile.TemporaryDirectory(prefix="decontaminate-", dir=_scratch_dir()) as tmp:
@@ -359,8 +329,6 @@ def scan_paths(paths: list[str], checker: Decontaminator, fmt: str = "auto",
                split_key: str = "metadata.source_trajectory_uid") -> dict:
     """Every valid record of `paths` (any format the loaders read, GRPO prompts included) checked by `checker`:
     `{"n", "corpora": [{"path", "rows", "records", "invalid"}], "suites": [SuiteReport.to_dict()]}`."""
-    from trainers.sources import Source, load_source, to_record
-
     corpora = []
     for path in paths:
         loaded = load_source(Source(path, format=fmt), split_key, functools.partial(to_record, prompts=True))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from trainers.records import RecordError, normalize_chat
+from chat_corpus.records import RecordError, normalize_chat
 
 TERMINUS_AGENTS = ("terminus-2", "terminus_2", "terminus")
 _ANALYSIS_PLAN = re.compile(r"^Analysis:\s*(?P<analysis>.*?)\s*(?:\nPlan:\s*(?P<plan>.*))?$", re.S)
