@@ -1,8 +1,12 @@
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +88,39 @@ def processes_matching(pattern: str) -> list[int]:
     """Pids whose command line matches `pattern` (pgrep -f), this test process left out."""
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     return [int(p) for p in found if int(p) != os.getpid()]
+
+
+# ---------------------------------------------------------------- code that tests run as user 'nobody'
+NOBODY_PACKAGES = ("sandbox",)  # what the scripts run as 'nobody' import (standard library only, so no venv is needed)
+
+
+def _searchable_by_all(path: Path) -> bool:
+    """Every folder from / down to `path` lets others in (o+x), so a user outside root's group can reach inside."""
+    path = path.resolve()
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+@pytest.fixture(scope="session")
+def nobody_readable_repo() -> Iterator[Path]:
+    """A copy of NOBODY_PACKAGES in a fresh temp folder that everyone can read, removed after the session: the
+    folder to put on sys.path of code run as user 'nobody' (setpriv --reuid=65534). The checkout itself may be out
+    of nobody's reach: a clone in a private folder (mktemp -d is 0700, and so is root's home) passes the same tests."""
+    parents = [Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+    parent = next((p for p in parents if p.is_dir() and _searchable_by_all(p)), None)
+    if parent is None:
+        pytest.fail(f"no temp folder that user 'nobody' can reach: {', '.join(map(str, parents))} are all private")
+    root = Path(tempfile.mkdtemp(prefix="tr-nobody-", dir=parent))
+    try:
+        for name in NOBODY_PACKAGES:
+            shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # modes set here, not copied: a clone made under umask 077 has 0600 files; root keeps the only write access
+        for folder, _, files in os.walk(root):
+            os.chmod(folder, 0o755)
+            for f in files:
+                os.chmod(os.path.join(folder, f), 0o644)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- image root file systems built offline

@@ -452,10 +452,10 @@ AS_NOBODY = textwrap.dedent(
 @pytest.mark.skipif(_python_for_nobody() is None,
                     reason="needs root (to switch to 'nobody'), a Python >= 3.11 that 'nobody' can run "
                            "and unprivileged user namespaces")
-def test_sandbox_as_an_ordinary_user_uses_a_user_namespace():
+def test_sandbox_as_an_ordinary_user_uses_a_user_namespace(nobody_readable_repo):
     name = f"nobody-{os.getpid()}"
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-                           _python_for_nobody(), "-S", "-c", AS_NOBODY, str(REPO), name],
+                           _python_for_nobody(), "-S", "-c", AS_NOBODY, str(nobody_readable_repo), name],
                           capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -632,9 +632,10 @@ def test_tmpfs_sizes_share_one_budget():
 @pytest.mark.skipif(_python_for_nobody() is None,
                     reason="needs root (to switch to 'nobody'), a Python >= 3.11 that 'nobody' can run "
                            "and unprivileged user namespaces")
-def test_tmpfs_writes_in_a_user_namespace_stay_within_memory_mb():
+def test_tmpfs_writes_in_a_user_namespace_stay_within_memory_mb(nobody_readable_repo):
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-                           _python_for_nobody(), "-S", "-c", FILL_TMPFS, str(REPO), f"fill-{os.getpid()}"],
+                           _python_for_nobody(), "-S", "-c", FILL_TMPFS, str(nobody_readable_repo),
+                           f"fill-{os.getpid()}"],
                           capture_output=True, text=True, timeout=120, cwd="/", env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
