@@ -16,6 +16,8 @@ from conftest import REPO
 # folders whose READMEs are not docs of this repository: environments, generated outputs, vendored task fixtures
 SKIP_DIRS = {".git", "outputs", "wandb", "node_modules", "__pycache__", "build", "dist"}
 SKIP_PATHS = {Path("tests/fixtures")}
+# a task's environment/ is the workspace the agent is handed: its README documents the task's app, not this repository
+TASK_WORKSPACE = re.compile(r"eval/tasks/.+/environment")
 # `python -m X` of other projects, named in the docs as commands to run: not modules of this repository
 THIRD_PARTY_MODULES = {
     "pip", "pytest", "venv", "wandb", "vllm", "accelerate", "torch", "harbor", "trl", "json", "http.server",
@@ -36,7 +38,7 @@ def doc_files() -> list[Path]:
     for root, dirs, names in os.walk(REPO):
         rel = Path(root).relative_to(REPO)
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".venv")
-                   and rel / d not in SKIP_PATHS]
+                   and rel / d not in SKIP_PATHS and not TASK_WORKSPACE.fullmatch(str(rel / d))]
         if "README.md" in names:
             files.add(Path(root) / "README.md")
     return sorted(files)
