@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SFT benchmark on a GPU machine with no network (the README's H200 figures): installs the carried wheels
+# The SFT benchmark on a GPU machine with no network (docs/benchmarks.md's H200 figures): installs the carried wheels
 # (.whl: trl, transformers, datasets, dill, multiprocess, fsspec), then runs bench/sft_throughput.py on a model of
 # Qwen3-0.6B's shape (or SHAPE's) with random weights (no checkpoint can be downloaded there). Results under $OUT.
 set -uo pipefail

@@ -8,8 +8,8 @@ internet); `images=FILE`, each task in a Debian image built offline here (sandbo
 mmdebstrap minbase, plus the task's Dockerfile steps for the tasks whose docker_image is built, or as the `FROM`
 the Dockerfile is then replayed on); and images with pasta. Each run is a real `python -m eval.run --agent oracle`
 (Harbor job); a cell is the trial's reward, or its infrastructure failure's kind. Prints a Markdown table (the
-README's) and writes bench/results/tb2_shaped_local.json. What the network reaches is this machine's: here PyPI and
-Debian's mirror are reachable and astral.sh and GitHub are not.
+one in docs/sandbox.md) and writes bench/results/tb2_shaped_local.json. What the network reaches is this machine's:
+here PyPI and Debian's mirror are reachable and astral.sh and GitHub are not.
 """
 
 import argparse
