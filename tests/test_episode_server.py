@@ -39,12 +39,12 @@ from harbor_tasks.solution import solution_lines
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    """Two generated tasks, a copy whose Dockerfile fails and one whose tests crash."""
+    """Two generated tasks, a copy whose Dockerfile fails and one whose verifier's runner is missing."""
     root = tmp_path_factory.mktemp("tasks")
     for i, family in enumerate(["write-value", "count-lines"]):
         write_task(root, family, 5, i)
     for name, rel, text in [("broken-start", "environment/Dockerfile", "FROM debian\nWORKDIR /app\nRUN exit 3\n"),
-                            ("broken-tests", "tests/test.sh", "#!/bin/bash\necho 'the runner crashed'\nexit 1\n")]:
+                            ("broken-tests", "tests/test.sh", "#!/bin/bash\nuvx pytest /tests/test_outputs.py\n")]:
         shutil.copytree(root / "write-value-5-0", root / name)
         (root / name / rel).write_text(text)
     return root
@@ -100,12 +100,12 @@ def test_the_oracle_scores_1_and_doing_nothing_scores_0_over_http(root, server):
     assert health["live_sessions"] == 0 and health["episodes"]["scored"] >= 4
 
 
-@pytest.mark.parametrize("name, kind", [("broken-start", "sandbox_start"), ("broken-tests", "verifier_error")])
+@pytest.mark.parametrize("name, kind", [("broken-start", "environment_build"), ("broken-tests", "verifier_tools")])
 def test_the_servers_own_failures_are_the_local_kinds_and_not_scores(root, server, name, kind):
     stats = EpisodeStats()
     env = remote(server, stats)
     reset(env, root / name)
-    if kind == "sandbox_start":
+    if kind == "environment_build":
         assert env.bash("ls") == NOT_RUNNING
     assert episode_reward(env) is None and episode_failure(env)[0] == kind
     assert stats.as_dict()["masked_by_kind"] == {kind: 1} and stats.scored == 0
@@ -141,8 +141,9 @@ def test_an_unreachable_server_is_a_masked_sandbox_start():
     env = remote(f"http://127.0.0.1:{free_port()}", stats, retries=1)
     env.reset(task_dir="/nonexistent/write-value-1-0", task="write-value-1-0")
     assert env.bash("ls") == NOT_RUNNING
-    assert episode_reward(env) is None and episode_failure(env)[0] == "sandbox_start"
-    assert stats.as_dict()["masked_by_kind"] == {"sandbox_start": 1} and stats.episodes == 1
+    assert episode_reward(env) is None and episode_failure(env) == ("sandbox", episode_failure(env)[1])
+    assert "no episode server took the session" in episode_failure(env)[1]
+    assert stats.as_dict()["masked_by_kind"] == {"sandbox": 1} and stats.episodes == 1
 
 
 def broken_server(calls: list, seed: int = 200, bash: int = 200, verify: int = 200) -> FastAPI:
@@ -162,9 +163,9 @@ def broken_server(calls: list, seed: int = 200, bash: int = 200, verify: int = 2
 
 
 @pytest.mark.parametrize("statuses, kind, tries", [
-    ({"seed": 503}, "sandbox_start", {"seed": 3}),
-    ({"bash": 500}, "sandbox_error", {"bash": 1}),       # a command is never re-run once it reached the server
-    ({"verify": 502}, "verifier_error", {"verify": 3}),  # verify is idempotent: retried
+    ({"seed": 503}, "no episode server took", {"seed": 3}),
+    ({"bash": 500}, "a bash call failed", {"bash": 1}),   # a command is never re-run once it reached the server
+    ({"verify": 502}, "/verify failed", {"verify": 3}),   # verify is idempotent: retried
 ])
 def test_5xx_from_the_server_are_not_scores(tmp_path, statuses, kind, tries):
     calls: list = []
@@ -176,8 +177,9 @@ def test_5xx_from_the_server_are_not_scores(tmp_path, statuses, kind, tries):
         reset(env, task)
         output = env.bash("ls")
         reward = episode_reward(env)
-    assert reward is None and episode_failure(env)[0] == kind and stats.as_dict()["masked_by_kind"] == {kind: 1}
-    assert output == (SANDBOX_FAILED if kind == "sandbox_error" else NOT_RUNNING if kind == "sandbox_start" else "ok\n")
+    assert reward is None and episode_failure(env)[0] == "sandbox" and kind in episode_failure(env)[1]
+    assert stats.as_dict()["masked_by_kind"] == {"sandbox": 1}
+    assert output == {"a bash call failed": SANDBOX_FAILED, "no episode server took": NOT_RUNNING}.get(kind, "ok\n")
     for path, n in tries.items():
         assert calls.count(path) == n, calls
 
@@ -195,7 +197,7 @@ def test_sessions_past_the_cap_get_429_and_go_to_the_next_server(root):
         stats = EpisodeStats()
         env = remote([full], stats, start_timeout=2.0)  # only the full one: waits, then not scored
         reset(env, root / "write-value-5-0")
-        assert episode_reward(env) is None and stats.as_dict()["masked_by_kind"] == {"sandbox_start": 1}
+        assert episode_reward(env) is None and stats.as_dict()["masked_by_kind"] == {"sandbox": 1}
         for _ in range(3):  # wherever the round-robin starts, the full server passes the seed on
             env = remote([full, spare])
             reset(env, root / "write-value-5-0")
@@ -281,7 +283,7 @@ def test_a_killed_server_leaves_no_sandbox_and_its_episodes_are_not_scored(root,
         stop_process(process)
     assert acting.bash("ls") == SANDBOX_FAILED and episode_reward(acting) is None
     assert episode_reward(verifying) is None
-    assert stats.as_dict()["masked_by_kind"] == {"sandbox_error": 1, "verifier_error": 1}
+    assert stats.as_dict()["masked_by_kind"] == {"sandbox": 2}
     deadline = time.monotonic() + 30
     while processes_matching("sleep 621") and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,6 +1,6 @@
-"""The three outcomes of a trial (eval/outcomes.py), infrastructure failures out of the means (eval/metrics.py),
+"""The three outcomes of a trial (harbor_tasks/verdict.py), infrastructure failures out of the means (eval/metrics.py),
 the summary line and W&B keys, the preflight (eval/preflight.py, `eval.run --dry_run`) on the Terminal-Bench-2
-shaped fixtures (tests/fixtures/tb2_shaped/), and the local sandbox's verifier diagnosis (sandbox/verifier.py)."""
+shaped fixtures (tests/fixtures/tb2_shaped/), and the verifier diagnosis (harbor_tasks/verdict.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from eval import metrics as M, outcomes, preflight
+from eval import metrics as M, preflight
 from eval.results import summary_line
 from eval.settings import EvalSettings, recipe_fields
 from eval.wandb_log import eval_payload
 from sandbox import NetworkNeededError, VerifierToolsMissingError
-from sandbox.verifier import diagnose, missing_tools, reward_of
+from harbor_tasks import verdict as outcomes
+from harbor_tasks.verdict import diagnose, missing_tools, reward_of
 
 REPO = Path(__file__).resolve().parents[1]
 TB2 = REPO / "tests" / "fixtures" / "tb2_shaped"
@@ -97,7 +98,7 @@ def test_eval_settings_give_cli_flags_and_recipe_keys():
     assert {"infra_errors", "env_kwargs"} <= {f.name for f in recipe_fields()}
 
 
-# ---------------------------------------------------------------- the verifier diagnosis (sandbox/verifier.py)
+# ---------------------------------------------------------------- the verifier diagnosis (harbor_tasks/verdict.py)
 
 def test_verifier_diagnosis():
     assert reward_of('{"reward": 0.5}', "1") == 0.5 and reward_of(None, " 1\n") == 1.0 and reward_of("", "") is None

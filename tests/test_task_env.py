@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import process_gone, processes_matching
 
-from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward
+from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, episode_verdict
 from harbor_tasks.generate import write_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,9 +67,9 @@ def broken_copy(task: Path, tmp_path: Path, *, dockerfile: str | None = None, te
 
 
 @pytest.mark.parametrize("kind, dockerfile, test_sh", [
-    ("sandbox_start", "FROM debian\nWORKDIR /app\nRUN exit 3\n", None),
-    ("verifier_error", None, "#!/bin/bash\necho 'the runner crashed before writing a reward'\nexit 1\n"),
-    ("verifier_error", None, "#!/bin/bash\nmkdir -p /logs/verifier && echo maybe > /logs/verifier/reward.txt\n"),
+    ("environment_build", "FROM debian\nWORKDIR /app\nRUN exit 3\n", None),
+    ("verifier_tools", None, "#!/bin/bash\nuvx pytest /tests/test_outputs.py\n"),
+    ("network", None, "#!/bin/bash\npython3 -c 'import socket; socket.getaddrinfo(\"pypi.org\", 443)'\nexit 1\n"),
 ])
 @pytest.mark.parametrize("background_start", [False, True])
 def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path, kind, dockerfile, test_sh,
@@ -77,7 +77,7 @@ def test_infrastructure_failures_are_not_scores_and_are_counted(tasks, tmp_path,
     stats = EpisodeStats()
     env = TaskEnvironment(EpisodeLimits(), stats, background_start=background_start)
     env.reset(task_dir=str(broken_copy(tasks["write-value"], tmp_path, dockerfile=dockerfile, test_sh=test_sh)))
-    if kind == "sandbox_start":
+    if kind == "environment_build":
         assert "not scored" in env.bash("ls")
     assert episode_reward(env) is None
     summary = stats.as_dict()
@@ -99,14 +99,24 @@ def test_a_background_start_that_raises_raises_where_the_episode_needs_its_sandb
     assert env.bash("ls").startswith("error: the sandbox is not running")  # raised once, as reset() would have
 
 
-def test_a_verifier_past_its_timeout_is_not_a_score(tasks, tmp_path):
-    task = broken_copy(tasks["write-value"], tmp_path, test_sh="#!/bin/bash\nsleep 30\n")
-    toml = (task / "task.toml").read_text().replace("timeout_sec = 60.0", "timeout_sec = 1.0", 1)
-    (task / "task.toml").write_text(toml)
+@pytest.mark.parametrize("test_sh, timeout", [
+    ("#!/bin/bash\necho 'the runner crashed before writing a reward'\nexit 1\n", None),
+    ("#!/bin/bash\nmkdir -p /logs/verifier && echo maybe > /logs/verifier/reward.txt\n", None),
+    ("#!/bin/bash\nsleep 30\n", 1.0),
+])
+def test_a_verifier_that_timed_out_or_wrote_no_reward_is_an_agent_failure_scored_0(tasks, tmp_path, test_sh, timeout):
+    """As Harbor scores them (VerifierTimeoutError, RewardFileNotFoundError): the agent's doing unless the run
+    measured the environment (the kinds above), so not a way out of a 0."""
+    task = broken_copy(tasks["write-value"], tmp_path, test_sh=test_sh)
+    if timeout is not None:
+        toml = (task / "task.toml").read_text().replace("timeout_sec = 60.0", f"timeout_sec = {timeout}", 1)
+        (task / "task.toml").write_text(toml)
     stats = EpisodeStats()
     env = TaskEnvironment(EpisodeLimits(), stats)
     env.reset(task_dir=str(task))
-    assert episode_reward(env) is None and stats.as_dict()["masked_by_kind"] == {"verifier_timeout": 1}
+    assert episode_reward(env) == 0.0 and episode_verdict(env).outcome == "agent_failure"
+    summary = stats.as_dict()
+    assert summary["masked"] == 0 and summary["scored"] == 1 and summary["agent_failures"] == 1
 
 
 def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
