@@ -33,6 +33,7 @@ def corpus(tmp_path):
     shutil.copytree(REPO / "data/harbor/sample-job", job)
     suite = tmp_path / "suite" / "task-a"
     (suite / "tests").mkdir(parents=True)
+    (suite / "task.toml").write_text('[task]\nname = "terminal-recipes/task-a"\n')
     (suite / "instruction.md").write_text("Count the lines of every log file under /var/log and write the total.\n")
     (suite / "tests" / "test.sh").write_text("test -s /out/total\n")
     return {"chats": chats, "pivot": pivot, "job": job, "suite": suite.parent, "cache": tmp_path / "cache"}
