@@ -30,6 +30,7 @@ from chat_corpus.harbor_trajectory import trajectory_to_chat
 from chat_corpus.records import RecordError, normalize_chat, text_content
 from common.digest import files_digest
 from common.errors import CorpusError
+from harbor_tasks.verdict import SCORED, trial_verdict
 
 FORMATS = ("auto", "chat", "pivot", "harbor", "grpo")
 MAX_PROBLEMS_SHOWN = 50
@@ -319,13 +320,16 @@ def _harbor_rows(path: Path) -> Iterator[tuple[str, Any]]:
             yield origin, RecordError(f"invalid JSON: {err.msg} (line {err.lineno}, column {err.colno})")
             continue
         if isinstance(row, dict):  # the trial's names become split keys (metadata.task_id, .source_trajectory_uid)
-            trial_dir = file.parent.parent  # and its verifier reward metadata.reward (min_reward filters on it)
-            trial = _read_json(trial_dir / "result.json")
+            trial_dir = file.parent.parent  # and its verdict's score metadata.reward (min_reward filters on it):
+            trial = _read_json(trial_dir / "result.json")  # eval's reading, an infrastructure failure none
             metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+            verdict = trial_verdict(trial)
             row["metadata"] = {
                 "task_id": trial.get("task_name") or trial_dir.name.split("__")[0],
                 "source_trajectory_uid": trial.get("trial_name") or trial_dir.name,
-                "reward": ((trial.get("verifier_result") or {}).get("rewards") or {}).get("reward"),
+                # a scored trial without a reward has none; an agent failure scores 0; infrastructure: none
+                "reward": verdict.reward if verdict.outcome == SCORED else verdict.score,
+                **({"infra_kind": verdict.infra_kind} if verdict.infra_kind else {}),
                 **metadata}
         yield origin, row
 

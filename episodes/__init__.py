@@ -8,3 +8,8 @@ imports no torch.
 """
 
 TOKEN_ENV = "EPISODE_SERVER_TOKEN"  # the bearer token, when not given as --auth_token / sandbox_auth_token
+# the wire: the server's endpoints (episodes/app.py) and what the client calls (episodes/remote.py)
+SEED_SESSION, BASH, VERIFY, CLOSE_SESSION, KEEPALIVE, HEALTH = (
+    "/seed_session", "/bash", "/verify", "/close_session", "/keepalive", "/health")
+
+__all__ = ["BASH", "CLOSE_SESSION", "HEALTH", "KEEPALIVE", "SEED_SESSION", "TOKEN_ENV", "VERIFY"]

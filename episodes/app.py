@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 
 from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
+from episodes import BASH, CLOSE_SESSION, HEALTH, KEEPALIVE, SEED_SESSION, VERIFY
 from episodes.sessions import AtCapacity, EpisodeSessions
 
 logger = logging.getLogger("episodes")
@@ -90,11 +91,11 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             logger.exception("internal error in %s", request.url.path)
             return error(500, f"internal error: {type(err).__name__} (logged by the server)")
 
-    @app.get("/health")
+    @app.get(HEALTH)
     async def health():
         return JSONOut(sessions.health())
 
-    @app.post("/seed_session")
+    @app.post(SEED_SESSION)
     async def seed_session(request: Request):
         body, problem = await read(request, "task_id")
         if problem is not None:
@@ -106,7 +107,7 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             return error(422, "task_digest: must be a string")
         return await run(request, lambda: sessions.seed(body["task_id"], limits, digest))
 
-    @app.post("/bash")
+    @app.post(BASH)
     async def bash(request: Request):
         body, problem = await read(request, "resources_session_id", "command")
         if problem is not None:
@@ -115,21 +116,21 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             return error(422, f"command: must be a string, not {type(body['command']).__name__}")
         return await run(request, lambda: sessions.bash(body["resources_session_id"], body["command"]))
 
-    @app.post("/verify")
+    @app.post(VERIFY)
     async def verify(request: Request):
         body, problem = await read(request, "resources_session_id")
         if problem is not None:
             return problem
         return await run(request, lambda: sessions.verify(body["resources_session_id"]))
 
-    @app.post("/close_session")
+    @app.post(CLOSE_SESSION)
     async def close_session(request: Request):
         body, problem = await read(request, "resources_session_id")
         if problem is not None:
             return problem
         return await run(request, lambda: sessions.close(body["resources_session_id"]))
 
-    @app.post("/keepalive")
+    @app.post(KEEPALIVE)
     async def keepalive(request: Request):
         body, problem = await read(request, "resources_session_ids")
         if problem is not None:

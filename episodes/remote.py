@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 
 from common.errors import ConfigError
-from episodes import TOKEN_ENV
+from episodes import BASH, CLOSE_SESSION, KEEPALIVE, SEED_SESSION, TOKEN_ENV, VERIFY
 from episodes.local import NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment
 from harbor_tasks.folder import TaskFolder
 
@@ -94,7 +94,7 @@ class EpisodeServers:
                 if left <= 0:
                     break
                 try:
-                    reply = self.client.post(f"{url}/seed_session", json=body, timeout=self._timeout(left))
+                    reply = self.client.post(f"{url}{SEED_SESSION}", json=body, timeout=self._timeout(left))
                 except httpx.HTTPError as err:  # a seed that timed out may have opened a session: its lease ends it
                     problems.append(f"{url}: {_describe(err)}")
                     continue
@@ -106,7 +106,7 @@ class EpisodeServers:
                 elif reply.status_code >= 500:
                     problems.append(f"{url}: HTTP {reply.status_code} {_detail(reply)}")
                 else:
-                    raise _refused(url, "/seed_session", reply)
+                    raise _refused(url, SEED_SESSION, reply)
             left = deadline - time.monotonic()
             if left <= 0 or (full == 0 and attempt >= self.retries):
                 raise EpisodeServerError("; ".join(problems[-len(order):]) or "start_timeout spent")
@@ -166,7 +166,7 @@ class EpisodeServers:
                 by_url.setdefault(url, []).append(session)
             for url, sessions in by_url.items():
                 try:
-                    self.client.post(f"{url}/keepalive", json={"resources_session_ids": sessions},
+                    self.client.post(f"{url}{KEEPALIVE}", json={"resources_session_ids": sessions},
                                      timeout=self._timeout(max(1.0, interval)))
                 except httpx.HTTPError:
                     pass
@@ -240,7 +240,7 @@ class RemoteTaskEnvironment:
         if self._session is None:
             return NOT_RUNNING
         try:
-            reply = self._servers.call(self._url, "/bash", {"resources_session_id": self._session, "command": command},
+            reply = self._servers.call(self._url, BASH, {"resources_session_id": self._session, "command": command},
                                        self._limits.command_timeout_sec + 60, idempotent=False)
         except EpisodeServerError as err:
             self._fail("sandbox", f"a bash call failed on its episode server: {err}")
@@ -263,7 +263,7 @@ class RemoteTaskEnvironment:
         url, session = self._url, self._session
         started = time.monotonic()
         try:
-            reply = self._servers.call(url, "/verify", {"resources_session_id": session},
+            reply = self._servers.call(url, VERIFY, {"resources_session_id": session},
                                        self._verify_timeout + 90, idempotent=True)
         except EpisodeServerError as err:
             self._close()
@@ -293,7 +293,7 @@ class RemoteTaskEnvironment:
             return
         self._servers.ended(url, session)
         try:
-            reply = self._servers.call(url, "/close_session", {"resources_session_id": session}, 30.0,
+            reply = self._servers.call(url, CLOSE_SESSION, {"resources_session_id": session}, 30.0,
                                        idempotent=True)
             self._stats.merge(reply.get("counts", {}))
         except (EpisodeServerError, ConfigError):

@@ -37,7 +37,7 @@ from typing import Any
 
 from eval import metrics as M
 from harbor_tasks.folder import TaskFolder
-from harbor_tasks.verdict import classify, read_reward_dir, reward_from_rewards
+from harbor_tasks.verdict import agent_started, classify, read_reward_dir, reward_from_rewards
 
 CASE_SUMMARY = re.compile(r"CASE_SUMMARY\b(?P<rest>.*)")
 _KV = re.compile(r"(total_cases|success_count)\s*=\s*(\d+)")
@@ -235,19 +235,11 @@ def read_trial(trial_dir: Path) -> dict:
         exception = exception_from_text(trial_dir / "exception.txt")
     if exception is None:
         exception = next((r["exception"] for r in rounds if r["exception"]), None)
-    outcome, infra_kind = classify(exception, _agent_started(result))
+    outcome, infra_kind = classify(exception, agent_started(result))
 
     return {"task": task, "trial": trial_dir.name, "attempt": None, "reward": reward, "rounds": rounds,
             "exception": exception, "outcome": outcome, "infra_kind": infra_kind,
             "_started_at": (result or {}).get("started_at") or "", "_config": config}
-
-
-def _agent_started(result: dict | None) -> bool:
-    """False only when result.json shows the environment set up (or failing to) and no agent run at all."""
-    if not result or not result.get("environment_setup"):
-        return True  # not known: never inferred
-    steps = result.get("step_results") if isinstance(result.get("step_results"), list) else []
-    return bool(result.get("agent_execution")) or any((s or {}).get("agent_execution") for s in steps)
 
 
 def read_job(path: str | Path) -> Job:

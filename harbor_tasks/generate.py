@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harbor_tasks.folder import is_task
+from harbor_tasks.folder import CONFIG, is_task
 
 WORDS = ["alpha", "amber", "apple", "birch", "bison", "cedar", "cobalt", "coral", "delta", "ember", "falcon",
          "fern", "garnet", "harbor", "hazel", "indigo", "jasper", "juniper", "kelp", "lemon", "lotus", "maple",
@@ -260,7 +260,7 @@ def write_task(out: Path, family: str, seed: int, index: int) -> Path:
     inst = FAMILIES[family](random.Random(f"{family}:{seed}:{index}"))
     name = f"{family}-{seed}-{index}"
     task = out / name
-    _write(task / "task.toml", TASK_TOML.format(name=name, family=family, seed=seed, index=index,
+    _write(task / CONFIG, TASK_TOML.format(name=name, family=family, seed=seed, index=index,
                                                 category=inst.category))
     _write(task / "instruction.md", inst.instruction.rstrip() + "\n")
     for rel, content in sorted(inst.files.items()):

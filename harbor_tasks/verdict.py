@@ -248,3 +248,27 @@ def judge_verifier_run(reward_json: str | None, reward_txt: str | None, output: 
     if reward is None:
         return Verdict(AGENT_FAILURE, None, None, "the verifier wrote no reward")
     return Verdict(SCORED, reward)
+
+
+def agent_started(result: dict | None) -> bool:
+    """Whether a Harbor trial's agent ran: False only when its result.json shows the environment set up (or failing
+    to) and no agent run at all, at trial or step level."""
+    if not isinstance(result, dict) or not result.get("environment_setup"):
+        return True  # not known: never inferred
+    steps = result.get("step_results") if isinstance(result.get("step_results"), list) else []
+    return bool(result.get("agent_execution")) or any((s or {}).get("agent_execution") for s in steps)
+
+
+def trial_verdict(result: dict | None) -> Verdict:
+    """A Harbor trial's verdict from its result.json: its exception (classify) and its verifier's rewards
+    (reward_from_rewards); what rejection sampling keeps or drops."""
+    result = result if isinstance(result, dict) else {}
+    info = result.get("exception_info")
+    exception = info.get("exception_type") if isinstance(info, dict) else None
+    outcome, kind = classify(exception, agent_started(result))
+    if outcome == INFRA_FAILURE:
+        return Verdict(INFRA_FAILURE, None, kind, exception or "")
+    verifier = result.get("verifier_result")
+    reward = reward_from_rewards(verifier.get("rewards") if isinstance(verifier, dict) else None)
+    return Verdict(outcome, reward, None, exception or "")
+

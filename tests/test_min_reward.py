@@ -46,6 +46,32 @@ def test_min_reward_keeps_the_rewarded_trials_and_counts_the_rest(job):
     assert len(lenient.records) == 5 and lenient.no_reward == 1  # 0.0 >= 0.0; the errored trial has none
 
 
+def test_rejection_sampling_reads_a_trial_as_eval_does(job):
+    """The trial's verdict (harbor_tasks.verdict.trial_verdict): reward.json's numbers without a "reward" key are
+    their mean (0.5, not missing), a verifier timeout is an agent failure scored 0, and an infrastructure failure
+    has no reward (never a 0 that min_reward would count as a failed attempt) and says its kind."""
+    def trial(name, **changes):
+        path = job / f"csv-pipeline__{name}"
+        shutil.copytree(job / "csv-pipeline__8mDN0LU", path)
+        result = json.loads((path / "result.json").read_text())
+        result.update(trial_name=f"csv-pipeline__{name}", **changes)
+        (path / "result.json").write_text(json.dumps(result))
+
+    trial("PARTIAL", verifier_result={"rewards": {"a": 1, "b": 0}})
+    trial("TIMEOUT", verifier_result=None, exception_info={"exception_type": "VerifierTimeoutError"})
+    trial("OFFLINE", verifier_result={"rewards": {"reward": 0.0}},
+          exception_info={"exception_type": "NetworkNeededError"})
+    loaded = load_source(Source(str(job)), "metadata.source_trajectory_uid")
+    by_trial = {r["metadata"]["source_trajectory_uid"]: r["metadata"] for r in loaded.records}
+    assert by_trial["csv-pipeline__PARTIAL"]["reward"] == 0.5
+    assert by_trial["csv-pipeline__TIMEOUT"]["reward"] == 0.0
+    assert by_trial["csv-pipeline__OFFLINE"]["reward"] is None
+    assert by_trial["csv-pipeline__OFFLINE"]["infra_kind"] == "network"
+    kept = load_source(Source(str(job), min_reward=0.5), "metadata.source_trajectory_uid")
+    assert "csv-pipeline__PARTIAL" in {r["metadata"]["source_trajectory_uid"] for r in kept.records}
+    assert kept.no_reward == 2  # the errored trial and the infrastructure failure
+
+
 def test_min_reward_must_be_a_number():
     with pytest.raises(CorpusError, match=r"datasets\[0\]\.min_reward: 'high' must be a number"):
         Source.from_config({"path": "x", "min_reward": "high"}, "datasets[0]")

@@ -399,7 +399,7 @@ def test_sandbox_package_imports_only_the_standard_library(python):
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert {"sandbox.core", "sandbox.blocking", "sandbox.init", "sandbox.cgroup", "sandbox.dockerfile"} <= set(out["modules"])
+    assert {"sandbox.core", "sandbox.blocking", "sandbox.pid1", "sandbox.cgroup", "sandbox.dockerfile"} <= set(out["modules"])
     assert out["outside"] == []
 
 
