@@ -1,31 +1,9 @@
 """The prepared SFT corpus, kept on disk between runs: tokenized, masked, truncated records and their counts.
+Runs in: the training venv (datasets); every rank of an SFT run, and `python -m trainers.data prepare`.
 
-A run (or `python -m trainers.data prepare`) looks its corpus up by `cache_key`, the one definition of what
-determines the prepared records:
-- each source's contents (the bytes of a JSONL file; of a Harbor job's trajectory.json and result.json files; a
-  Hugging Face dataset's own datasets fingerprint) and its config entry (path, format, name, split, data_files,
-  fraction, weight, split_key, min_reward);
-- the corpus keys: split_key, eval_fraction, skip_invalid, truncation, mixture_seed, decontaminate_against (and
-  the files of each suite's tasks), decontaminate_ngram;
-- the tokenizer (its serialized tokenizer.json: vocabulary, merges, added and special tokens, normalizer,
-  pre-tokenizer, post-processor) and the training chat template;
-- max_length;
-- the code that prepares records (PREPARING_CODE) and the versions of transformers, tokenizers and jinja2 that
-  render and tokenize them.
-Nothing else enters it: the number of processes that prepare, the output dir, the model's weights and every
-training key leave it unchanged.
-
-An entry is `<corpus_cache_dir>/<key>/`: `train/` and `eval/` (datasets' save_to_disk; loaded memory-mapped, so
-the ranks of a node share one copy in the page cache) and `meta.json` (the key's inputs and the counts the run
-summary reports). It is written under a temporary name and renamed into place, so a reader sees a whole entry
-or none. TRL's own preparation of a loaded entry (labels, packing) is cached by datasets beside it.
-The key is written by hand: datasets' fingerprints of in-memory data are random per process, and none of them
-sees the tokenizer, the template and the filters as one key.
-
-In a run of several processes, `prepare_main_first` lets the global main process prepare (or find) the entry
-first, then the main process of each other node (for a cache on node-local disk), then the rest, which find
-it: TRL's global-then-local order, waited out in a gloo group of its own whose timeout is
-`corpus_prepare_timeout` (the default group's timeout, ddp_timeout, is sized for training steps).
+`cache_key` is the one definition of what determines the prepared records; an entry is
+`<corpus_cache_dir>/<key>/` (`train/`, `eval/`, `meta.json`), renamed into place whole; `prepare_main_first` lets
+the main processes prepare before the others read. What the key holds and why: docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,52 +1,9 @@
-"""Decontamination: word n-gram overlap between training records and the tasks of eval suites.
+"""Decontamination: word n-gram overlap (13-grams by default) between training records and the tasks of eval suites.
+Runs in: the training venv (with harbor_tasks); `python -m trainers.data decontaminate` and the SFT corpus.
 
-Words are lowercase `\\w+` tokens (letters, digits and underscore; punctuation and whitespace only separate them),
-and an n-gram is N consecutive words; N = 13 by default, the Terminal-Universe paper's check.
-
-- A suite's tasks are Harbor task folders (`<task>/instruction.md`, `<task>/tests/...`); a task's text is its
-  instruction.md plus every file under its tests/ folder (each file on its own: no n-gram spans two files), and
-  for a multi-step task the same of each `steps/<step>/` too.
-  A suite is given as a folder of task folders, a single task folder, or `builtin:terminal` / `builtin:evocode`
-  (harbor_tasks.suites.BUILTIN_SUITES). A Harbor dataset name (`terminal-bench@2.0`) cannot be read offline: pass a
-  local folder of its tasks.
-- A record's text is everything it trains or conditions on: every message's content and reasoning, tool call
-  names and arguments, the tools' schemas (GRPO prompts: the prompt messages). Records come from the repo's
-  loaders (`chat_corpus.sources.load_source`), so every format the corpus reads is checked the same way, each
-  record named by its origin (`file:line`).
-
-Template vs contamination. Instances of a generated task family (harbor_tasks/generate.py: `count-lines-7-0`,
-`count-lines-7-10`, ...) share their template by design, and a held-out instance differs only in its values
-(names, paths, numbers). So, per suite:
-
-- an n-gram that occurs in the task texts of 2 or more tasks of the suite is a *template* n-gram;
-- for a generated task (task.toml `[metadata]` with the `family`, `seed` and `index` the generator writes, of a
-  family the generator has), an n-gram that occurs in 2 or more of REFERENCE_INSTANCES (256) reference instances
-  of its family is a *template* n-gram too. Reference instance k is `write_task(tmp, family, 10**9 + k, 0)`
-  (REFERENCE_SEED = 10**9; a suite task's own seed in that range is passed over): keep training and eval seeds
-  below 10**9. Its texts are read as a suite task's are; the set is cached per (family, n) in the process. This
-  learns the family's wording even when the suite holds one instance of it, and also the n-grams of template
-  words plus a value from a small pool (8 folder names, 46 words) that instances draw again and again;
-- any other n-gram, found in exactly one task, is *specific* to that task.
-
-A record that shares a specific n-gram with a task is **contaminated** (for that suite, naming the task, with how
-many of its specific n-grams are shared). A record that shares only template n-grams is **template overlap**:
-reported separately and NOT contamination (held out means new values, and a record from another instance of the
-family shares the wording, not the values). A suite of one task that was not generated here (and any task, with
-`references=0`) has no template n-grams: every shared n-gram counts.
-
-Measured (200 training tasks of seed 1, all 10 families, each a record of its instruction and solve.sh, against
-held-out suites of seed 7): contaminated 0/200 against 10 tasks (one per family), 0/200 against 30, 4/200 against
-100 (the 2+-tasks rule alone: 100, 24, 43). The 4 are instructions identical to a held-out one (the generator drew
-the same folder and name). Copying a held-out task's instruction and tests/test.sh is caught for 10/10, 29/30 and
-97/100; its instruction alone for 8/10, 24/30, 81/100; its test.sh alone for 8/10, 24/30, 80/100. What is missed
-has too few values to tell a copy from a chance draw: a csv-column instruction (46 names x 8 columns, never in one
-13-gram), a count-lines/count-words test.sh (one small number). Fewer references catch more and flag more (64:
-16/200 flagged against 100, 99/100 copies caught); more, the reverse (1024: 2/200, 85/100). Building the
-reference templates of all 10 families takes ~2.5 s (in /dev/shm where there is one; ~10x that on a slow disk).
-
-Each suite's n-grams are built once into sets (task texts are small). Each record's words are read once into its
-set of n-grams, built only over runs of words that occur in some suite's n-grams (no other n-gram can match),
-which is intersected with each suite's.
+A record that shares an n-gram specific to one task is contaminated; one that shares only template n-grams (of
+several tasks, or of a generated family's reference instances) is template overlap, not contamination.
+The rules and the measurements: docs/formats.md#decontamination-against-the-eval-suites.
 """
 
 from __future__ import annotations

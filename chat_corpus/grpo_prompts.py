@@ -1,10 +1,9 @@
 """GRPO prompts from NeMo Gym rows (terminal pivot, multichallenge, verifif), through the same loaders as SFT.
+Runs in: the training venv, in the GRPO recipe's process.
 
 Each row becomes `{"prompt": [messages], "row": "<the row as JSON>"}`: the prompt is the row's
-`responses_create_params.input` (parsed by `sources.prompt_messages`, as `python -m trainers.data inspect` validates
-it), and the whole row travels to the reward server with each completion. Bad rows are refused as for SFT
-(`sources.load_sources`). TRL 1.16 never truncates prompts, so prompts longer than `max_prompt_length` tokens are
-filtered out before training and counted, like invalid rows.
+`responses_create_params.input`, and the whole row travels to the reward server with each completion. Prompts
+longer than `max_prompt_length` tokens are filtered out and counted (TRL 1.16 never truncates prompts).
 """
 
 from __future__ import annotations

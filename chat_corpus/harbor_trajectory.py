@@ -1,13 +1,9 @@
 """Harbor trial trajectories (`<trial>/agent/trajectory.json`, ATIF) as chat records.
+Runs in: the training venv (standard library only).
 
-ATIF steps come from `system`, `user` or `agent`; agent steps carry `message`, optional `reasoning_content`,
-`tool_calls` (`tool_call_id`, `function_name`, `arguments`) and an `observation` whose `results` answer the
-calls by `source_call_id`. Terminus-2 trials are turned back into what the model saw and said: the user
-prompt, each JSON action as the assistant turn (the raw text when the trajectory kept it, else rebuilt from
-the analysis, plan and `bash_command` calls) and each observation as the next user turn. Other agents become
-OpenAI tool-calling chats: assistant `tool_calls`, `tool` messages for their results, and the trajectory's
-`agent.tool_definitions` as the record's `tools` (the bash-tool agent, harbor_plugins/bash_tool_agent.py, writes its
-one tool there), so the record renders with the tool schema the model saw.
+Terminus-2 trials become the chat the model saw (the prompt, each JSON action as the assistant turn, each
+observation as the next user turn); other agents become OpenAI tool-calling chats with the trajectory's
+`agent.tool_definitions` as `tools`. The conversion: docs/formats.md.
 """
 
 from __future__ import annotations

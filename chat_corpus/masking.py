@@ -1,10 +1,10 @@
 """Token-level loss masks for chat records: every assistant turn is trained, nothing else is.
+Runs in: the training venv (Transformers' tokenizers, jinja2), where the SFT corpus is prepared.
 
 The chat is rendered by the model's training chat template, the one with `{% generation %}` markers (TRL's
-`get_training_chat_template` supplies it for the families TRL knows, Qwen3 and Qwen3.5 among them). Each
-generation block is one assistant turn, end-of-turn token included; blocks of turns marked `"train": false`
-are cleared. Written here because TRL has no per-message train flag and drops over-long examples silently;
-this module truncates by the configured policy and reports every cut.
+`get_training_chat_template`); each generation block is one assistant turn, and blocks of turns marked
+`"train": false` are cleared. Written here because TRL has no per-message train flag and drops over-long
+examples silently; this module truncates by the configured policy and reports every cut.
 """
 
 from __future__ import annotations

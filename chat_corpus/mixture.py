@@ -1,4 +1,6 @@
-"""Splits by trajectory or task id, and mixtures of sources by fraction or weight."""
+"""Splits by trajectory or task id, and mixtures of sources by fraction or weight.
+Runs in: the training venv (standard library only).
+"""
 
 from __future__ import annotations
 

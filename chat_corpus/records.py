@@ -1,9 +1,9 @@
 """Chat records: the one shape every corpus is converted to, and its validation.
+Runs in: the training venv (standard library only).
 
-A record is `{"messages": [...], "tools": [...] | None}`. Messages follow OpenAI chat: roles system, user,
-assistant, tool; assistant `tool_calls` with JSON `arguments`; `tool` turns answer a call; an assistant
-message may carry `"train": false` to keep it out of the loss. `normalize_chat` returns the cleaned record or
-raises `RecordError` with a reason a user can act on.
+A record is `{"messages": [...], "tools": [...] | None}` in OpenAI chat form; an assistant message may carry
+`"train": false` to keep it out of the loss. `normalize_chat` returns the cleaned record or raises `RecordError`
+with a reason a user can act on. The shape: docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The SFT corpus: sources from the config, validated, split by group, mixed, tokenized with loss masks.
+Runs in: the training venv (datasets, Transformers' tokenizers), in the SFT recipe's processes and trainers.data.
 
-Nothing is dropped or cut silently: every invalid row, truncated record, dropped record, repeated record and
-record dropped as contaminated by an eval suite (`decontaminate_against`, chat_corpus/decontaminate.py) is counted
-per source in `SourceStats`, which the run summary prints and logs.
+Nothing is dropped or cut silently: every invalid row, truncated, dropped, repeated or contaminated record is
+counted per source in `SourceStats`, which the run summary prints and logs. The keys: docs/development.md#configs.
 """
 
 from __future__ import annotations

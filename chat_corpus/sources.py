@@ -1,19 +1,9 @@
-"""One source's rows: reading them (local JSONL, plain or gzip; Harbor job directories; Hugging Face datasets),
-detecting each row's shape and converting it to a chat record (see `records.py`). Shapes (`format`):
+"""One source's rows: reading them (JSONL, plain or gzip; Harbor job dirs; Hugging Face datasets) and converting them.
+Runs in: the training venv (datasets for Hugging Face sources), where the SFT corpus or GRPO prompts are read.
 
-- chat: `{"messages": [...], "tools"?, "metadata"?}`, and the same under `conversations`: OpenAI `{role, content}`
-  messages (OpenThoughts-Agent SFT sets and Terminus-2 trajectory sets; their other top-level keys, such as `agent`,
-  `model`, `task`, `episode`, `run_id`, `trial_name`, are metadata) or ShareGPT `{from, value}` turns (LLaMA-Factory
-  roles, and its `system` and `tools` columns). `messages` and `tools` may be JSON strings and `tools` a list of JSON
-  strings (as SWE trajectory sets are published). TRL's conversational `prompt`/`completion` rows too;
-- pivot: NeMo Gym / Nemotron terminal-pivot rows, `responses_create_params.input` + `expected_answer` (a JSON
-  string), trained as prompt/completion: only the expected answer is in the loss;
-- harbor: Harbor trial trajectories (`agent/trajectory.json`, ATIF), converted by `harbor_trajectory.py`;
-- grpo: a NeMo Gym prompt-only row (`responses_create_params` without `expected_answer`: multichallenge, verifif).
-  `python -m trainers.data` validates it as the GRPO recipe reads it; the SFT corpus refuses it (nothing to train).
-
-Every row is validated; a bad one becomes a problem `origin: reason` with origin `file:line`. `load_sources` is
-the one place that refuses to start on bad rows (unless `skip_invalid`), for the SFT corpus and GRPO prompts alike.
+Shapes (`format`): chat (OpenAI or ShareGPT messages, TRL prompt/completion), pivot (NeMo Gym terminal-pivot rows),
+harbor (trial trajectories), grpo (prompt-only NeMo Gym rows). A bad row becomes a problem `file:line: reason`;
+`load_sources` is the one place that refuses to start on them (unless `skip_invalid`). Each shape: docs/formats.md.
 """
 
 from __future__ import annotations

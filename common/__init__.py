@@ -1,5 +1,6 @@
-"""Helpers every training-venv package shares (trainers/, rewards/, episodes/, eval/): errors a user can cause,
-loopback ports and health waits, checkpoint names, the HTTP servers' shared parts (asgi), percentiles. Runs in the
-training venv (Python >= 3.11); not imported by sandbox/ (standard library only). One module is standard library
-only and shared with the Harbor venv: `bash_harness.py`, the bash-tool harness that the agentic trainer and
-harbor_plugins/bash_tool_agent.py must speak alike."""
+"""Helpers the training-venv packages share (trainers/, rewards/, episodes/, eval/): errors, ports, checkpoints, asgi.
+Runs in: the training venv (.venv, Python >= 3.11); bash_harness.py, digest.py, cache_dir.py: standard library only.
+
+Not imported by sandbox/ (standard library only). `bash_harness.py` is shared with the Harbor venv: the bash-tool
+harness that the agentic trainer and harbor_plugins/bash_tool_agent.py must speak alike.
+"""

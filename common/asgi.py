@@ -1,6 +1,7 @@
-"""What the repository's HTTP servers share (the reward server, rewards/app.py; the episode server, episodes/app.py):
-JSON replies that always serialize, request bodies parsed into a 4xx with a clear `detail`, and the guard every
-request passes first (body-size limit, bearer token, per-request timing).
+"""What the repository's HTTP servers share: JSON replies, request bodies parsed into a clear 4xx, the request guard.
+Runs in: the training venv (FastAPI); in the reward server (rewards/app.py) and the episode server (episodes/app.py).
+
+The guard every request passes first: body-size limit, bearer token, per-request timing.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The bash-tool harness, defined once: what the agentic GRPO trainer (episodes/local.py, trainers/agentic.py)
-and the eval agent (harbor_plugins/bash_tool_agent.py) must share byte for byte.
+"""The bash-tool harness, defined once: what the agentic trainer and the eval agent must share byte for byte.
+Runs in: any Python >= 3.11, standard library only (the training venv, and the Harbor venv: no transformers or torch).
 
-- the prompt: the task's instruction plus one line on how to act (`harness_prompt`);
-- the one tool, `bash`, as the JSON schema the policy sees (`BASH_TOOL`): exactly what TRL derives from
-  `TaskEnvironment.bash`'s signature and docstring (`transformers.utils.get_json_schema`; a test holds them equal);
-- what a call returns: stdout + stderr, "\\n[exit code N]" when N is not 0, cut to `max_output_chars` keeping head
-  and tail, "(no output)" when empty (`format_output`); the message of a call past its timeout (`timeout_message`);
-  the error a call with another tool name or other arguments gets, as TRL's tool loop words it (`call_error`).
-
-Every call is a new shell (`bash -c`) in the task's working directory; both sides run it in the local sandbox.
-
-Runs in: any Python >= 3.11, standard library only: the training venv imports it, and so does the Harbor venv
-(Python >= 3.12, no transformers or torch).
+`harness_prompt` (the instruction plus how to act), `BASH_TOOL` (the schema TRL derives from
+`TaskEnvironment.bash`; a test holds them equal), `format_output` (stdout + stderr, the exit code when not 0,
+cut to `max_output_chars` keeping head and tail, "(no output)"), `timeout_message`, `call_error`.
+Users: episodes/local.py, trainers/agentic.py, harbor_plugins/bash_tool_agent.py; every call is a new `bash -c`.
 """
 
 from __future__ import annotations

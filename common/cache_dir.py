@@ -1,5 +1,6 @@
 """The project's cache folder on this machine (the embedded model, prepared corpora, built images).
-Runs in: any Python >= 3.11, standard library only."""
+Runs in: any Python >= 3.11, standard library only.
+"""
 
 from __future__ import annotations
 

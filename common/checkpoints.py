@@ -1,4 +1,6 @@
-"""Checkpoint directories (`checkpoint-N`, the Trainer's names): their step, a run's checkpoints, where to resume."""
+"""Checkpoint directories (`checkpoint-N`, the Trainer's names): their step, a run's checkpoints, where to resume.
+Runs in: the training venv (standard library only); the trainers, the eval callback and eval/.
+"""
 
 from __future__ import annotations
 

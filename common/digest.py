@@ -1,4 +1,6 @@
-"""Content digests (xxh3-128, the hash datasets itself depends on): of bytes or text, and of files by name and bytes."""
+"""Content digests (xxh3-128, the hash datasets itself depends on): of bytes or text, and of files by name and bytes.
+Runs in: the training venv (xxhash, imported on first use: importing this module needs the standard library only).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Errors a user can cause and fix. Commands print the message as one line and exit 2; servers answer 4xx."""
+"""Errors a user can cause and fix. Commands print the message as one line and exit 2; servers answer 4xx.
+Runs in: the training venv (standard library only); every command and server of the repo raises them.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Loopback servers: a free port, waiting for `/health`, stopping a server's process group."""
+"""Loopback servers: a free port, waiting for `/health`, stopping a server's process group.
+Runs in: the training venv (standard library only); in the process that starts a server (eval, rewards, tests).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Percentiles the servers and the trainers report (request latencies, sandbox start and verify seconds)."""
+"""Percentiles the servers and the trainers report (request latencies, sandbox start and verify seconds).
+Runs in: the training venv (standard library only).
+"""
 
 from __future__ import annotations
 

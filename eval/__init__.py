@@ -1,9 +1,7 @@
-"""Checkpoint evals: serve a checkpoint (serve.py, cpu_server.py), run a Harbor job on a suite (run.py, with
-settings.py's options), score the job dir (job_dir.py, metrics.py, score.py), write and log the results
-(results.py, wandb_log.py), compare runs (compare.py).
+"""Checkpoint evals: serve a checkpoint, run a Harbor job on a suite, score the job dir, write, log and compare results.
+Runs in: the training venv (.venv, Python >= 3.11); it drives Harbor (.venv-harbor) as a command, never imports it.
 
-Runs in the training venv (.venv, Python >= 3.11), like trainers/. Harbor lives in its own venv (.venv-harbor,
-Python 3.12): eval/ drives it as a command-line tool (`.venv-harbor/bin/harbor run ...`) and reads the job dirs
-it writes; it never imports harbor. The local sandbox Harbor runs trials in is harbor_plugins/local_sandbox.py
-(over sandbox/), which Harbor imports, not eval/.
+serve.py and cpu_server.py serve; run.py (with settings.py's options) runs the job; job_dir.py, metrics.py and
+score.py score it; results.py, wandb_log.py and compare.py write, log and compare. The sandbox Harbor runs trials in
+is harbor_plugins/local_sandbox.py, which Harbor imports. How to use it all: docs/evaluation.md.
 """

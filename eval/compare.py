@@ -1,18 +1,11 @@
 """Every checkpoint's eval scores across runs: a table in the terminal and a PNG plot.
+Runs in: the training venv (matplotlib for the plot); reads the eval_results*.json files eval.run writes.
 
-    python -m eval.compare DIR... [--out report.png] [--json]
+    python -m eval.compare DIR... [--out report.png] [--json] [--by_family]
 
-Each DIR is a run output dir (its checkpoint-*/eval_results*.json, and its own eval_results*.json for the
-final model) or a checkpoint dir (its eval_results*.json). An eval_results file is the one `eval.run`
-writes (eval/results.py): {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks",
-"harbor_job_dir", ...}. A result's step is its own "global_step", else its checkpoint's
-(`common.checkpoints.global_step`: trainer_state.json, then the checkpoint-N name). The table has a row per
-run/checkpoint/step and, for each suite, its metrics; the plot shows score against step, one line per run and
-suite (mean_reward with the leaderboard stderr, plus MT@k and case_score for multi-step suites). `--json`
-prints the rows instead of the table. `--by_family` adds a table of the mean reward per family of generated tasks
-(harbor_tasks/generate.py names them `<family>-<seed>-<index>`), trials over tasks: which families a checkpoint gets
-partly right (e.g. at the GRPO sampling temperature, `eval.run --temperature 1.0 --attempts 4`). Exit status 2, with one line on stderr, when a DIR is missing or holds
-no eval results.
+Each DIR is a run output dir or a checkpoint dir. `--json` prints the rows instead of the table; `--by_family`
+adds the mean reward per family of generated tasks. Exit status 2, with one line on stderr, when a DIR is missing
+or holds no eval results. More: docs/evaluation.md#comparing-runs-evalcomparepy.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""The built-in CPU OpenAI-compatible server: a checkpoint loaded with transformers, `generate` behind
-`GET /health`, `GET /v1/models` and `POST /v1/chat/completions` (FastAPI + uvicorn).
-
-It is eval/serve.py's `cpu` backend, the default where there is no GPU or no vLLM (CI, laptops, the embedded tiny
-model): `serve_checkpoint(..., backend="cpu")` and `python -m eval.serve --backend cpu` start it. Requests are
-served one at a time; `stream=true` and `n > 1` are refused (400); a prompt plus `max_tokens` beyond the context
-answers 400 with vLLM's wording, so LiteLLM/Terminus-2 recognise it as a context-length error. Sampling defaults
-come from the checkpoint's generation_config.json, as vLLM's `--generation-config auto` does.
-
-Tool calling, as vLLM serves Qwen3 with `--enable-auto-tool-choice --tool-call-parser hermes` (eval/serve.py passes
-those flags to its vLLM backend): a request's `tools` (checked: a 400 for anything but function tools) are rendered
-by the chat template (`apply_chat_template(tools=...)`); incoming assistant `tool_calls` have their JSON-string
-`arguments` read back into objects, so the template renders them as it renders a trained conversation, and `tool`
-messages render as the template's tool responses. The answer is decoded with the special tokens kept (as the hermes
-parser makes vLLM do) and each `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block becomes an OpenAI
-tool call (id, type function, name, arguments as a JSON string), finish_reason "tool_calls", content the text around
-them (None when there is none). A block that is not such JSON leaves the whole answer as text, as hermes does.
-`tool_choice` "auto" (the default) or "none" (tools rendered, nothing parsed).
+"""The built-in CPU OpenAI-compatible server: a checkpoint loaded with transformers, `generate` behind the chat API.
+Runs in: its own process, in the training venv (torch, Transformers, FastAPI, uvicorn); eval/serve.py's `cpu` backend.
 
     python -m eval.cpu_server --checkpoint builtin:tiny-qwen3 --served_model_name tiny-qwen3 --port 8000
+
+`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, one request at a time, tool calls as vLLM's hermes
+parser returns them. What it refuses and how it renders tools: docs/evaluation.md#serving-a-checkpoint-evalservepy.
 """
 
 import argparse

@@ -1,30 +1,9 @@
 """Read a Harbor job directory into per-trial records (no Harbor import; works on any copy of a job dir).
+Runs in: the training venv (standard library only, with harbor_tasks and eval.metrics); eval.run, eval.score, tests.
 
-Layout (Harbor 0.25: harbor/models/trial/paths.py `TrialPaths`, harbor/trial/multi_step.py):
-
-    <job>/config.json  result.json  [lock.json  job.log]
-    <job>/<task>__<rand>/                    one dir per trial (task x attempt; a retry replaces the dir)
-        config.json  result.json  trial.log  [exception.txt  lock.json]
-        single-step:  verifier/reward.txt | reward.json,  verifier/test-stdout.txt (stdout+stderr of test.sh)
-        multi-step:   steps/<step_name>/{agent,verifier,artifacts}/   (verifier/reward.txt | reward.json,
-                      verifier/test-stdout.txt); result.json "step_results": [{"step_name", "verifier_result":
-                      {"rewards": {...}}, "exception_info", ...}] in step order, stopping where the trial stopped.
-
-Each trial becomes
-
-    {"task", "trial", "attempt", "reward", "rounds": [{"round", "name", "reward", "total_cases",
-     "success_count", "exception"}], "exception", "outcome", "infra_kind"}
-
-`outcome` is scored, agent_failure or infra_failure and `infra_kind` the infrastructure failure's kind
-(harbor_tasks.verdict decides both from the exception and whether the agent started: result.json's
-`environment_setup` recorded with no `agent_execution`, at trial or step level, means it never did).
-
-`reward` is the trial's `verifier_result.rewards` (the "reward" key, else the only key, else the mean of the
-keys); None when missing. Files that are missing or unreadable never raise. A trial without a readable
-result.json has reward None (0 in the metrics) and the exception named by the last line of its
-exception.txt, if any; its rounds are still read from steps/<step>/verifier/{reward.txt,reward.json,
-test-stdout.txt}, as EvoCode-Bench's compute_metrics.py does. A round's reward comes from result.json's
-step_results when present (None if that step has no verifier_result), else from those files.
+Each trial becomes `{"task", "trial", "attempt", "reward", "rounds": [...], "exception", "outcome", "infra_kind"}`;
+files that are missing or unreadable never raise. The job dir's layout and how a reward is read:
+docs/evaluation.md#reading-a-job-dir-evaljob_dirpy.
 """
 
 from __future__ import annotations

@@ -1,52 +1,10 @@
-"""Suite metrics from per-trial records (pure functions, no I/O).
+"""Suite metrics from per-trial records (pure functions, no I/O): `compute_metrics`, eval_results.json's `metrics`.
+Runs in: the training venv (standard library only, with harbor_tasks.verdict's outcomes and PASS_THRESHOLD).
 
-A trial record is what `eval.job_dir` reads from a Harbor job directory:
-
-    {"task": str, "trial": str, "attempt": int, "reward": float | None,
-     "rounds": [{"round": int, "name": str, "reward": float | None,
-                 "total_cases": int | None, "success_count": int | None, "exception": str | None}],
-     "exception": str | None, "outcome": "scored" | "agent_failure" | "infra_failure", "infra_kind": str | None}
-
-`rounds` is empty for single-step trials. Infrastructure failures (eval/outcomes.py) are never a score: by
-default (`infra_errors="exclude"`) every mean below is over the other trials only, and they are counted next to
-it; with `infra_errors="zero"` they enter the means as 0 (Harbor's own `Mean` does that). The keys of
-`compute_metrics` (eval_results.json's `metrics`):
-
-single-step (every suite)
-  mean_reward  mean over the scored trials (every trial but infrastructure failures) of the trial reward, a
-               missing reward counting 0 (Harbor's `Mean` metric, harbor/metrics/mean.py + metrics/base.py,
-               over those trials); None when no trial was scored.
-  pass_at_k    {"k": value} for k = 1 .. min attempts per task: the unbiased estimator
-               1 - C(n-c, k) / C(n, k) per task, averaged over tasks (harbor/utils/pass_at_k.py,
-               Chen et al. 2021). A trial passes when its reward is >= PASS_THRESHOLD; a missing
-               reward is a failure. pass@1 equals the mean of per-task pass rates.
-  stderr       the Terminal-Bench leaderboard's standard error of the mean over tasks of the per-task
-               mean reward: sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / N_tasks with p_t the task's mean
-               reward (missing = 0) over its n_t trials; None when some task has a single trial
-               (terminal-bench-experiments sql/get_agent_scores_function.sql).
-  n_trials     number of trial directories read (unlike Harbor's `n_trials`, which counts only trials with a
-               reward).
-  n_scored     trials in the means: n_trials minus n_infra_errors (n_trials with infra_errors="zero").
-  n_infra_errors  trials that ended in an infrastructure failure; infra_errors {"kind": n} (environment_build,
-               verifier_tools, network, sandbox); infra_errors_counted "excluded" or "as 0".
-  outcomes     {"scored": n, "agent_failure": n, "infra_failure": n}.
-  exceptions   {"ExceptionType": number of trials}; a trial counts once, under its first recorded
-               exception (trial-level first, then steps in order, as Harbor's TrialResult does).
-
-multi-step (EvoCode-style; only when some trial has rounds)
-  mt_at_k      {"k": value}: per task t with N_t rounds and n attempts, let c_{t,i} be the number of
-               attempts whose rounds 1..i all passed (fail-stop: a round counts only if every earlier
-               round of that attempt passed). MT@k_t = (1/N_t) sum_i pass@k(n, c_{t,i}, k), then the
-               mean over tasks. For k = n this is exactly best-of-n per round,
-               mean_t (1/N_t) sum_i max_a r_{t,a,i} (EvoCode-Bench paper / evaluation/compute_metrics.py);
-               for k < n the unbiased estimator replaces "the first k attempts".
-  case_score   mean over tasks of the mean over attempts of the mean over the task's N_t rounds of
-               success_count / total_cases from the verifier's `CASE_SUMMARY total_cases=N
-               success_count=M` line; unreached rounds, rounds without a CASE_SUMMARY line (a build
-               failure) and total_cases=0 count 0 (EvoCode-Bench v2 "Case" score).
-  rounds_reached  mean over tasks of the mean over attempts of the rounds reached under fail-stop:
-               rounds run up to and including the first failed one (all N_t for a perfect attempt,
-               1 for an attempt that fails round 1, 0 when no round ran).
+A trial record is what `eval.job_dir` reads. Infrastructure failures are never a score: by default
+(`infra_errors="exclude"`) every mean is over the other trials, and they are counted next to it; with
+`infra_errors="zero"` they count 0 (Harbor's own `Mean`). The keys and their definitions:
+docs/evaluation.md#metrics-eval_resultsjson--metrics.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The OpenAI chat-completions surface the eval servers share (eval/cpu_server.py, eval/scripted_teacher.py):
-`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, vLLM-style error bodies, the response shapes.
+"""The OpenAI chat-completions surface the eval servers share (eval/cpu_server.py, eval/scripted_teacher.py).
+Runs in: the training venv (FastAPI), in the server's process.
 
-Each server supplies what differs: its health payload, its model list and how it answers a request body (a
-`RequestError` becomes a 4xx with vLLM's error body; anything else a 500: the server's fault, not the caller's).
+`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, vLLM-style error bodies, the response shapes. Each
+server supplies its health payload, its model list and how it answers a request body (a `RequestError` becomes a
+4xx with vLLM's error body; anything else a 500).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoint's `request: Request` annotation, which

@@ -1,5 +1,5 @@
 """A trial record's outcome (scored, agent failure, infrastructure failure) as eval/metrics.py counts it.
-Runs in: the training venv and the Harbor venv alike; the outcomes and kinds themselves are harbor_tasks.verdict's.
+Runs in: any Python >= 3.11, standard library only (eval/ in the training venv); the kinds are harbor_tasks.verdict's.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Preflight: for each task of a suite, whether it can run under the chosen environment, and why not, before any
-trial runs (`python -m eval.run --suite DIR --dry_run [--env ...] [--env_kwargs "..."]`).
+"""Preflight: for each task of a suite, whether it can run under the chosen environment, and why not, before any trial.
+Runs in: the training venv (standard library only), in `python -m eval.run --suite DIR --dry_run [--env ...]`.
 
-It reads each task folder (task.toml, environment/Dockerfile, environment/docker-compose.yaml, tests/test.sh and
-the steps' tests) without running anything. Verdicts:
-
-    runs       nothing found in the way;
-    differs    it runs, but not as its image would: on the host's userland instead of `docker_image` / `FROM`, or
-               its verifier calls programs the sandbox's PATH lacks that are not test runners;
-    cannot     it would end in an infrastructure failure: it needs the network at build or test time and the
-               sandbox has none (no --ek network=..., or the task does not allow internet); its verifier's own
-               tools (python, pytest, uv, ...) are missing; a build step calls a program the userland lacks; no
-               image for it when images are asked for; a multi-container task (docker-compose) on a one-sandbox
-               environment; for Harbor's environments, the engine or the credentials they need are missing.
-
-The shell reading is a heuristic (commands are the first words of simple commands; downloads are known installer
-and fetcher commands): run-time checks in the local sandbox (sandbox/verifier.py, the resolver's records) name what
-it misses.
+Verdicts: `runs`, `differs` (it runs, but not as its image would) or `cannot` (it would end in an infrastructure
+failure), each with the reason. It reads the task folders without running anything; its shell reading is a
+heuristic, and run-time checks in the local sandbox name what it misses. Rules: docs/evaluation.md, "Preflight".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""eval_results.json, the one file an eval leaves in the checkpoint dir: its name, its keys, building it, and the
-suite's name in file names and W&B keys. eval.run writes it; the training callback, eval.wandb_log and
-eval.compare read it.
+"""eval_results.json, the one file an eval leaves in the checkpoint dir: its name, its keys, building it, suite slugs.
+Runs in: the training venv (standard library only); written by eval.run, read by the eval callback and eval/.
 
     {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks": [{"task", "trial", "reward",
      "rounds", "exception", "outcome", "infra_kind"}], "harbor_job_dir", "settings", "wall_seconds"}
 
-`metrics` is `eval.metrics.compute_metrics`'s dict (the README's "Metrics" table); a task's `outcome` is scored,
-agent_failure or infra_failure, and `infra_kind` the kind of an infrastructure failure (eval/outcomes.py).
-`summary_line` is the one line a finished eval prints (eval.run, the training callback).
+`metrics` is `eval.metrics.compute_metrics`'s dict; `summary_line` is the one line a finished eval prints.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Evaluate a checkpoint: serve it, run a Harbor job, score it, write eval_results.json, log to W&B.
+Runs in: the training venv; it runs `.venv-harbor/bin/harbor run` as a subprocess and serves the model in another.
 
     python -m eval.run --checkpoint DIR --suite SUITE [--agent terminus-2|bash-tool|oracle|nop] [--attempts K]
         [--concurrency N] [--env local|docker|daytona|...] [--temperature T] [--max_tokens N] [--context_size N]
@@ -8,25 +9,10 @@
     python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
     python -m eval.run --suite DIR --dry_run [--env ENV] [--env_kwargs "..."]    # preflight: can each task run?
 
-The eval options and their defaults are eval/settings.py's `EvalSettings` (the recipes' `eval_<name>` keys are
-the same settings). SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`,
-`terminal-bench/terminal-bench-2-1`) or a local path to Harbor tasks. `--env local` is this repo's sandbox
-(harbor_plugins/local_sandbox.py, over sandbox/); every other value is one of Harbor's environments. The agents
-that call a model reach the checkpoint through an OpenAI-compatible URL: vLLM where a GPU and vLLM are present, the
-built-in CPU server otherwise (eval/serve.py, eval/cpu_server.py). They are Harbor's Terminus-2 (`-a terminus-2`,
-JSON keystrokes in the text) and this repo's bash-tool agent (`-a harbor_plugins.bash_tool_agent:BashToolAgent`:
-the harness agentic GRPO trains, one `bash` tool; common/bash_harness.py), each given the same model, api_base,
-temperature, max_tokens and max_turns. A trial that ended in an infrastructure failure (environment build, verifier
-tools, network, sandbox: eval/outcomes.py) is left out of the means and counted next to them (--infra_errors zero
-counts it 0); a finished eval prints one summary line. `--dry_run` runs nothing: it says per task whether it can run
-under --env and why not (eval/preflight.py).
-
-`--model_url URL --model NAME` instead of `--checkpoint`: the agent drives a model that is already served behind
-an OpenAI-compatible URL (a teacher on vLLM, a hosted API, eval/scripted_teacher.py), nothing is served; one
-command evaluates a baseline or collects teacher trajectories (chat_corpus/sources.py reads the Harbor job dirs as
-SFT records). The key (--api_key or $HOSTED_VLLM_API_KEY) reaches the agent (LiteLLM's hosted_vllm provider, or
-the bash-tool agent) through the harbor subprocess's environment, never its command line. The job dirs go to
---jobs_dir (default outputs/evals/<model>) and eval_results.json into that jobs dir.
+SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`) or a local path to
+Harbor tasks; `--env local` is this repo's sandbox. The options and their defaults are eval/settings.py's
+`EvalSettings`. Infrastructure failures are left out of the means and counted (--infra_errors zero counts them 0).
+Agents, served models, keys and outcomes: docs/evaluation.md.
 """
 
 from __future__ import annotations

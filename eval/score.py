@@ -1,14 +1,12 @@
 """Metrics of an existing Harbor job directory.
+Runs in: the training venv (standard library only); reads the job dir, runs nothing.
 
     python -m eval.score JOB_DIR [--json] [--infra_errors exclude|zero]
 
-Reads every trial dir of JOB_DIR (single-step and multi-step, missing files tolerated) and prints the
-suite metrics of eval/metrics.py: mean_reward (missing reward = 0), pass_at_k (unbiased, k = 1 .. attempts
-per task), stderr (the Terminal-Bench leaderboard's), n_trials, infrastructure failures by kind (out of the
-means by default, `--infra_errors zero` counts them 0; eval/outcomes.py), exceptions by type; for multi-step
-(EvoCode-style) tasks also mt_at_k (fail-stop, best of k), case_score (CASE_SUMMARY lines) and
-rounds_reached. `--json` prints {"job_dir", "agent", "model", "datasets", "multi_step", "metrics", "tasks"}.
-Exit status 2, with one line on stderr, when JOB_DIR is missing or not a job directory.
+Prints eval/metrics.py's suite metrics (mean_reward, pass_at_k, stderr, n_trials, infrastructure failures by kind,
+exceptions; mt_at_k, case_score and rounds_reached for multi-step tasks). `--json` prints {"job_dir", "agent",
+"model", "datasets", "multi_step", "metrics", "tasks"}. Exit status 2, with one line on stderr, when JOB_DIR is
+missing or not a job directory.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
-"""A scripted teacher: an OpenAI-compatible server (`GET /health`, `GET /v1/models`, `POST
-/v1/chat/completions`) that answers with each task's reference solution, in the harness the request speaks:
-Terminus-2 JSON actions, or bash tool calls when the request carries `tools` (the bash-tool harness,
-common/bash_harness.py, which harbor_plugins/bash_tool_agent.py drives). Offline, with no model, it produces real
-trajectories of either harness (their prompts, tool output or terminal screens, and format) whose actions solve the
-task: teacher data for SFT, and a check of the collect-trajectories path.
+"""A scripted teacher: an OpenAI-compatible server that answers with each task's reference solution.
+Runs in: its own process, in the training venv (FastAPI, uvicorn); no model.
 
-- The task: the task folder under --tasks whose instruction.md text is inside the first user message
-  (Terminus-2 puts the instruction into its prompt); a prompt that matches none is answered 400.
-- The first turn: `{"analysis", "plan", "commands", "task_complete": false}` running solution/solve.sh: one
-  keystroke entry per command line when every line is a complete command (the shebang and `set -e...` left
-  out: they would end the interactive shell on an error), else the whole script as one
-  `bash <<'SOLVE_EOF' ... SOLVE_EOF` block (heredocs, loops and continued lines run as written).
-- Every later turn: no commands and `"task_complete": true` (Terminus-2 asks to confirm completion once).
-- With `tools` (which must name `bash`): one `bash` tool call per turn, the calls `bash_tool_commands` makes of
-  solve.sh (the oracle episodes of trainers/agentic.py are the same calls), then the answer "Done." without a
-  tool call, which ends the episode.
+It speaks the harness of the request: Terminus-2 JSON actions, or `bash` tool calls when the request carries `tools`
+(common/bash_harness.py). Its trajectories solve the task: teacher data for SFT, and a check of the collect path.
 
     python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
     python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal [--agent bash-tool]
-
-or both in one command, the trajectories of every task into a jobs dir (an SFT source; keep the solved ones
-with `min_reward: 1`):
-
     python -m eval.scripted_teacher --tasks DIR --collect OUT [--agent terminus-2|bash-tool] [--concurrency 16]
+
+How it answers each turn: docs/evaluation.md#serving-a-checkpoint-evalservepy.
 """
 
 import argparse

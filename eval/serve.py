@@ -1,21 +1,11 @@
-"""Serve a checkpoint behind an OpenAI-compatible URL for the length of an eval: the served name, the backend,
-the vLLM command line, and `serve_checkpoint`.
+"""Serve a checkpoint behind an OpenAI-compatible URL for the length of an eval: `serve_checkpoint`, the backends.
+Runs in: the training venv; the server is a subprocess (vLLM's, or eval/cpu_server.py) on a free loopback port.
 
-Two backends, one contract (`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`):
-
-- `vllm`: `vllm serve CHECKPOINT --served-model-name NAME --max-model-len L --enable-auto-tool-choice
-  --tool-call-parser hermes ...`, chosen automatically where a GPU and vLLM are present;
-- `cpu`: the built-in server of eval/cpu_server.py (FastAPI + transformers `generate`), the default elsewhere
-  (CI, laptops, the embedded tiny model).
-
-`serve_checkpoint(...)` starts either one as a subprocess on a free loopback port, waits for `/health`, yields
-a `ServedModel(base_url=".../v1", model=NAME, process=...)` and stops the server when the block exits.
-Harbor's Terminus-2 reaches it as `-m hosted_vllm/NAME --ak api_base=BASE_URL`: Terminus-2 calls models through
-LiteLLM, whose `hosted_vllm` provider sends OpenAI chat completions to `api_base` with NAME as the model
-(Harbor: https://github.com/laude-institute/harbor). Harbor accepts NAME only as `^[A-Za-z0-9._-]{1,64}$`.
+Backends `vllm` (`vllm serve ... --enable-auto-tool-choice --tool-call-parser hermes`, where a GPU and vLLM are
+present) and `cpu` (eval/cpu_server.py, elsewhere). `serve_checkpoint(...)` waits for `/health`, yields a
+`ServedModel(base_url=".../v1", model=NAME, process=...)` and stops the server when the block exits.
 
     python -m eval.serve --checkpoint outputs/sft-tiny/checkpoint-20 --port 8000
-    python -m eval.serve --checkpoint builtin:tiny-qwen3 --backend cpu --max_model_len 4096
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The eval settings, defined once: `EvalSettings`, each field with its default and help (and choices) in its
-metadata. Everything else is derived from these fields:
+"""The eval settings, defined once: `EvalSettings`, each field with its default, help and choices in its metadata.
+Runs in: any Python >= 3.11, standard library only (trainers/eval_callback.py imports it as a recipe parses its config).
 
-- the options of `python -m eval.run` (`add_arguments`, `from_args`): `--<name>`, typed, with the default,
-  choices and help of the field; a field without a default is a required option;
-- the recipe-config keys `eval_<name>` (`recipe_arguments`): a dataclass made from the same fields, which TRL's
-  `TrlParser` (HfArgumentParser) reads from the YAML config and the command line (`--eval_concurrency 2`);
-  trainers/eval_callback.py adds its own keys (`eval_suites`, `eval_mode`, `eval_slurm_script`) as a base class;
-- the command line that gives the same settings to a `python -m eval.run` subprocess or SLURM job
-  (`to_cli_args`).
-
-A field's metadata: `help`, `choices` (optional), `cli` (an eval.run option; default True) and `recipe` (an
-`eval_<name>` recipe key; default True). Add a setting here and it appears in all three places.
-Standard library only: trainers/eval_callback.py imports it when the recipes parse their config.
+Derived from the fields: eval.run's options (`add_arguments`, `from_args`), the recipe keys `eval_<name>`
+(`recipe_arguments`) and the command line for an eval.run subprocess or SLURM job (`to_cli_args`). A field's
+metadata: `help`, `choices`, `cli` and `recipe` (both default True). Add a setting here and it appears in all three.
 """
 
 from __future__ import annotations

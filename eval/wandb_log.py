@@ -1,7 +1,7 @@
 """Eval results into a W&B run: `eval/<suite>/<metric>` at the checkpoint's global step, and a per-task table.
+Runs in: the training venv (wandb), in the trainer's eval callback or eval.run.
 
-The keys use `train/global_step` as their x-axis, the step metric Transformers' W&B callback defines, so evals
-land at their checkpoint's step in the training run even when they arrive later (subprocess or SLURM mode).
+The keys use `train/global_step` as their x-axis, so evals land at their checkpoint's step even when they arrive later.
 """
 
 from __future__ import annotations

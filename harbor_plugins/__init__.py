@@ -1,7 +1,6 @@
-"""Plugins that Harbor loads by import path (``--env harbor_plugins.local_sandbox:LocalSandboxEnvironment``,
-``-a harbor_plugins.bash_tool_agent:BashToolAgent``).
+"""Plugins that Harbor loads by import path: the local sandbox (``--env local``) and the bash-tool agent.
+Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor with this repo on ``PYTHONPATH``.
 
-Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path; only code that
-imports harbor lives here. The training venv never imports this package; what it shares with Harbor is standard
-library only: the local sandbox itself (the package ``sandbox``) and the bash-tool harness (``common/bash_harness.py``).
+Only code that imports harbor lives here; the training venv never imports this package. What it shares with the
+training side is standard library only: the package ``sandbox`` and ``common/bash_harness.py``.
 """

@@ -1,37 +1,10 @@
-"""``-a harbor_plugins.bash_tool_agent:BashToolAgent`` (``eval.run --agent bash-tool``): the bash-tool harness that
-agentic GRPO trains (recipes/grpo_agentic.py, episodes/local.py), as a Harbor agent, so a checkpoint is scored
-acting the way it was trained.
+"""``BashToolAgent`` (``eval.run --agent bash-tool``): the bash-tool harness agentic GRPO trains, as a Harbor agent.
+Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path, inside the harbor process.
 
-Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path, with this repo on
-``PYTHONPATH``::
-
-    PYTHONPATH=. .venv-harbor/bin/harbor run -p TASKS --env harbor_plugins.local_sandbox:LocalSandboxEnvironment \\
-        -a harbor_plugins.bash_tool_agent:BashToolAgent -m hosted_vllm/NAME --ak api_base=http://HOST:PORT/v1 \\
-        [--ak temperature=0.7] [--ak max_tokens=512] [--ak max_turns=N]
-
-What it shares with the trainer is common/bash_harness.py (standard library only): the one user message (the
-instruction and the harness note), the one tool (``bash``, the schema TRL derives from ``TaskEnvironment.bash``),
-what a call returns (stdout + stderr, the exit code when not 0, cut to ``max_output_chars`` keeping head and tail,
-"(no output)") and the message of a call past ``command_timeout_sec``. Every call is a new shell in the task's
-workdir (``environment.exec``, which the local sandbox runs as ``bash -c`` there, as the trainer's sandbox does).
-
-The loop: POST ``{api_base}/chat/completions`` (OpenAI chat completions with ``tools=[bash]``, httpx) with the
-conversation; each tool call of the answer runs and its output goes back as a ``tool`` message; the episode ends
-when the model answers without a tool call, or at ``max_turns`` model calls, whose last answer's tool calls are not
-run (TRL's ``max_tool_calling_iterations = max_turns - 1``); the task's agent timeout bounds it all. A call of another
-tool, or with other arguments, gets the error TRL's tool loop writes for it. ``chat_template_kwargs.enable_thinking``
-is sent as ``enable_thinking`` says (default false, as configs/grpo/agentic-tiny.yaml trains).
-
-The served model is ``-m``'s name without its ``hosted_vllm/`` (or ``openai/``) prefix, as LiteLLM sends it; the key,
-if the server wants one, is ``$HOSTED_VLLM_API_KEY`` (eval.run passes ``--api_key`` through the environment). A
-model error ends the trial as an agent failure, as Terminus-2's do (no verifier run, reward missing: 0 in the
-means): ``ContextLengthExceededError`` (Harbor's, for a 400 that names the context length) or ``ModelCallError``
-(any other HTTP error, an unreachable server after 3 tries, an answer that is not a chat completion).
-
-Writes ``trajectory.json`` (ATIF) into the agent's logs dir: the user prompt, one agent step per model call (its
-text, tool calls with their arguments, the tool output as the observation, token counts), the tool's schema in
-``agent.tool_definitions``; chat_corpus/harbor_trajectory.py reads it back as an OpenAI tool-calling chat with
-``tools``, an SFT record. The AgentContext gets the token counts summed over the model calls.
+The prompt, the one ``bash`` tool and what a call returns are common/bash_harness.py's, as the trainer's; the loop
+POSTs OpenAI chat completions (``tools=[bash]``) to ``{api_base}/chat/completions`` until an answer without a tool
+call or ``max_turns``, and writes ``trajectory.json`` (ATIF, the tool in ``agent.tool_definitions``).
+The loop, its errors and the command line: docs/agentic-grpo.md#evals-in-the-same-harness.
 """
 
 from __future__ import annotations

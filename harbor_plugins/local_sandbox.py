@@ -1,26 +1,10 @@
 """``--env local``: Harbor's environment for the local sandbox (``sandbox/``), one sandbox per trial.
-
-Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path, with this repo
-on ``PYTHONPATH``::
+Runs in: the Harbor venv (.venv-harbor, Python >= 3.12), loaded by Harbor by import path, inside the harbor process.
 
     PYTHONPATH=. .venv-harbor/bin/harbor run -p TASK --env harbor_plugins.local_sandbox:LocalSandboxEnvironment -a oracle
 
-A thin adapter: it turns the task's ``[environment]`` (memory, cpus, storage, workdir, env, allow_internet), the
-trial's paths and the ``--ek`` knobs into a ``sandbox.SandboxConfig`` and hands every call to ``sandbox.Sandbox``.
-What the sandbox isolates and what it does not: the ``sandbox`` package and the README's "The local
-sandbox" section. Harbor-specific parts live here:
-- the userland: the host's, or the task's image root file system (``--ek images=FILE``, ``--ek pull=true``;
-  ``sandbox.images``): the task's ``docker_image`` as it is, else its Dockerfile's ``FROM`` image;
-- the Dockerfile (``environment/Dockerfile``) is replayed whenever there is one, ``docker_image`` or not, except
-  when the task's own ``docker_image`` is the root file system (it holds the build's result already); the image
-  name is noted in the log, not obeyed, on the host userland; ``environment/`` is uploaded (Harbor's rule) for
-  ``docker_image`` tasks without a Dockerfile;
-- the network: none, or ``--ek network=pasta|slirp4netns`` for tasks that allow internet (Harbor's network policy
-  ``public``); never for a task that does not;
-- failures named: a build failure is Harbor's ``SandboxBuildFailedError`` (or ``NetworkNeededError`` when the
-  step asked for a name), and after the verifier's ``tests/test.sh`` ran, a reward that did not pass is checked
-  by ``harbor_tasks.verdict.judge_verifier_run``: ``NetworkNeededError`` or ``VerifierToolsMissingError`` instead of a silent 0;
-- ``/logs/*`` created at start, the task's folder, dataset folder and jobs folder hidden, the default user.
+A thin adapter: the task's ``[environment]``, the trial's paths and the ``--ek`` knobs become a
+``sandbox.SandboxConfig``, and every call goes to ``sandbox.Sandbox``. The knobs and the Harbor-specific parts: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Model FLOPs of training on records, for MFU (bench/sft_throughput.py). The formula, for a record of L tokens:
+"""Model FLOPs of training on records, for MFU (bench/sft_throughput.py).
+Runs in: the training venv (standard library only; reads a model's config).
 
-    6 * P * L                      every matmul weight (P of them: attention and MLP projections, the LM head; not
-                                   the embedding lookup): 2 FLOPs a weight a token forward, 4 backward
-  + 12 * A * H * d * L^2 / 2       causal attention in the A full-attention layers (H query heads of size d): QK^T
-                                   and AV over the L^2/2 causal pairs, 4 FLOPs a pair and dimension forward, 3x that
-                                   with the backward (a sliding-window layer: L*W - W^2/2 pairs past its window W)
-  + 18 * R * Hv * dk * dv * L      the recurrences of R linear-attention layers (Gated DeltaNet: Hv heads, a dk x dv
-                                   state read, corrected and written once a token)
-
-MFU = the sum over the trained records / (seconds * peak), peak being the accelerator's dense bf16 datasheet
-figure (989 TFLOP/s for H100 and H200 SXM). Only each record's own attention counts: a packed row's records do not
-attend to each other, and pad positions are waste, not work. Recomputation under gradient checkpointing is not
-counted (that would be hardware FLOPs utilisation, HFU).
+Per record of L tokens: 6*P*L (matmul weights) + 12*A*H*d*L^2/2 (causal full attention) + 18*R*Hv*dk*dv*L
+(linear-attention recurrences); MFU = the sum over trained records / (seconds * peak). Only each record's own
+attention counts; pads and recomputation do not. The formula: docs/benchmarks.md.
 """
 
 from __future__ import annotations

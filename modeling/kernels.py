@@ -1,19 +1,10 @@
-"""The kernels an SFT run uses, decided from its config and the model's config before anything slow starts, with
-one clear line when the config asks for what the machine cannot do right.
+"""The kernels an SFT run uses, decided from its config and the model's config before anything slow starts.
+Runs in: the training venv (.venv), in the recipe's process before the model loads (standard library at import).
 
-- Packed attention. `attn_implementation: varlen` becomes `flash_attention_2` where the flash-attn package is
-  installed on a CUDA machine; elsewhere it stays `varlen` (modeling/varlen_attention.py): PyTorch's own
-  variable-length attention on CUDA, one causal SDPA call per record on CPU. Other values pass through.
-- Linear-attention layers (Qwen3.5's and Qwen3-Next's Gated DeltaNet, Mamba-style layers: any layer type
-  transformers names `linear_attention`) carry a recurrent state from token to token. A packed row keeps its
-  records apart there only if those layers' kernels take the records' boundaries (cu_seqlens, seq_idx), and only
-  the optional packages transformers looks for do (flash-linear-attention, causal-conv1d: CUDA); its own PyTorch
-  fallback refuses packed rows deep inside the first forward, and a row without boundaries leaks state across
-  records. So `packing` (or `padding_free`) on such a model is refused here, naming what to install or set,
-  unless every kernel package the model's layers look for is installed.
-- Liger (RMSNorm, RoPE, SwiGLU; TRL keeps its own chunked LM head instead of Liger's fused linear cross-entropy):
-  `use_liger_kernel` goes to TRL as it is, refused here where liger-kernel is missing, on CPU (its kernels are
-  Triton), or where it has no kernels for the model type (it would apply nothing, with a warning).
+Packed attention (`attn_implementation: varlen` -> flash_attention_2 or modeling/varlen_attention.py), packing on
+linear-attention hybrids (refused without the kernel packages that take record boundaries), Liger (refused where
+it would not apply): each with one clear line when the config asks for what the machine cannot do.
+Why and how: docs/scaling.md, "Packing Qwen3.5".
 """
 
 from __future__ import annotations

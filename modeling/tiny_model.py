@@ -1,21 +1,10 @@
-"""Small Qwen3-architecture causal LMs with byte-level BPE tokenizers, built offline: random weights (the student:
-copy-pretrained on synthetic sequences, no task text).
+"""Small Qwen3-architecture causal LMs with byte-level BPE tokenizers, built offline (`builtin:tiny-qwen3`, student).
+Runs in: the training venv (.venv: torch, Transformers, tokenizers); cached under `$TERMINAL_RECIPES_CACHE`.
 
-- `builtin:tiny-qwen3` stands for the embedded default anywhere a model name is accepted. It is built on first
-  use from a config and a tokenizer trained on the text of the bundled sample corpora, and cached under
-  `$TERMINAL_RECIPES_CACHE` (default `~/.cache/terminal-recipes`).
-- `python -m modeling.tiny_model --out DIR --corpus PATH... [--preset student]` builds a model from scratch with a
-  tokenizer trained on the given corpus (JSONL files, Harbor job dirs: their agent/trajectory.json): the learning
-  run (`make learn`) trains it on teacher trajectories. The `student` preset is sized for 2 CPU cores (4 layers,
-  hidden 256, ~3.5M parameters) and pre-tokenizes so that an identifier splits the same way wherever it stands:
-  runs of letters, single digits, single punctuation characters and runs of whitespace are separate pieces, so
-  `inbox` is one token after `/`, after a space or inside a backtick, and a name in the instruction is the same
-  tokens in the command that copies it (GPT-2's pre-tokenizer glues the space to the word: ` inbox` vs `inbox`).
-  Then `copy_steps` of copy pretraining (pretrain_copy; `--copy_steps N` overrides the preset, 0 skips it), whose
-  step count and final copy accuracy are written to `DIR/copy_pretraining.json`.
+    python -m modeling.tiny_model --out DIR --corpus PATH... [--preset student] [--copy_steps N]
 
-The chat template is TRL's bundled Qwen3 template, byte for byte, so TRL recognises it (assistant-only loss,
-tool-call parsing) exactly as it would for a real Qwen3 checkpoint.
+Random weights (the student: copy-pretrained on synthetic sequences, no task text), TRL's bundled Qwen3 chat
+template byte for byte. The student's tokenizer and copy pretraining: docs/learn.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Packed (padding-free) attention that never attends across records: `attn_implementation: varlen` and
-`varlen_sdpa`, registered with transformers' AttentionInterface.
+"""Packed (padding-free) attention that never attends across records: `varlen` and `varlen_sdpa`.
+Runs in: the training venv (.venv: torch, Transformers), registered with transformers' AttentionInterface.
 
-- `varlen`: the kernel for the device. modeling/kernels.py turns it into `flash_attention_2` where the flash-attn
-  package is installed on a CUDA machine; otherwise, when the padding-free collator passes the records' bounds
-  (`cu_seq_lens_q`), CUDA tensors in bf16/fp16 go to PyTorch's own variable-length attention
-  (`torch.nn.attention.varlen.varlen_attn`, flash-attention kernels shipped with torch, no extra package), and
-  everything else (CPU, fp32, attention dropout) to `varlen_sdpa`'s per-record SDPA.
-- `varlen_sdpa`: each record as its own causal SDPA call, on any device. Written by hand because no library
-  offers a CPU variable-length attention: transformers' SDPA path masks a packed row with a block-diagonal 4D
-  mask, which falls off the fused causal kernel and computes attention across the whole row (measured here: a
-  16k-token row of two 8k records took 3.6x the time of one causal 16k record).
-
-Both are plain SDPA without the bounds (padded batches, generation), and both leave a sliding-window layer to
-SDPA with transformers' own packed mask (a per-record causal call has no window).
+`varlen`: PyTorch's own variable-length attention on CUDA in bf16/fp16 when the collator passes the records' bounds,
+else `varlen_sdpa`: each record as its own causal SDPA call, on any device. Without bounds both are plain SDPA.
+Why it is hand-written (and the 3.6x it saves): docs/scaling.md, "Packing Qwen3.5".
 """
 
 from __future__ import annotations

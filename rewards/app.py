@@ -1,4 +1,5 @@
 """The reward server's FastAPI app: NeMo Gym's resources-server endpoints, routing, guards, metrics.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
 Endpoints: `POST /verify`, `POST /seed_session` and `POST /close_session` (no-ops, as NeMo Gym's defaults),
 `GET /health` (open), `GET /metrics`. Every bad request is a 4xx whose `detail` names the field; a body is read

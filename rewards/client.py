@@ -1,21 +1,9 @@
-"""The GRPO side of the NeMo Gym reward protocol: an async TRL reward function that posts each completion
-to a `/verify` URL (ours or a NeMo Gym resources server) and returns its reward.
+"""The GRPO side of the NeMo Gym reward protocol: an async TRL reward function that posts each completion to `/verify`.
+Runs in: the trainer's process (the training venv: httpx); the URL is ours (rewards.server) or a NeMo Gym server.
 
-For each completion it posts the dataset row plus `response` (a Responses object, `rewards.protocol.make_response`)
-over pooled connections, with a per-request timeout and retries with exponential backoff and jitter on
-connection errors, timeouts, 429 and 5xx; requests are spread round-robin over several URLs (a retry moves to
-the next one). A sample the server masks (`mask_sample: true`, e.g. the judge failed) or that fails for good
-is returned as None, which TRL keeps out of the advantage; it is never scored 0. So is a reward that is not a
-finite JSON number (`NaN`, `Infinity`, `1e999`: `non_finite_reward`; `"nan"`, `true`: `bad_reward_type`), which
-would zero a whole group's advantages. All are counted and logged
-(`reward_server/...`). After `max_consecutive_failures` infrastructure failures in a row the run stops with a
-message naming the URL.
-
-The per-request timeout: the one the user sets (`reward_timeout`) wins; unset, it is the server's own budget
-(`verify_timeout`, read once per URL from its `GET /health`) plus `timeout_margin`, so the server masks a sample
-whose judge is too slow before the client gives up on it (a client timeout is a failed sample, and its retries
-re-run the judge); a server that does not say (NeMo Gym's) gets `fallback_timeout`. A set timeout shorter than
-the server's budget is warned about once (if the server calls a judge: without one, nothing is slow).
+A sample the server masks or that fails for good is returned as None (kept out of the advantage), never 0; so is
+a reward that is not a finite JSON number. Retries, round-robin over URLs, which timeout wins and the stop after
+`max_consecutive_failures`: docs/grpo.md.
 """
 
 from __future__ import annotations

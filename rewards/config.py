@@ -1,19 +1,8 @@
 """Reward server configuration: one YAML file (configs/rewards/*.yaml), overridden by command-line flags.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-```yaml
-environment: null          # null: every environment, routed by agent_ref.name; or pin one (terminus_judge, ...)
-auth_token: null           # bearer token for every endpoint but /health
-max_body_bytes: 33554432
-verify_timeout: 180         # seconds per /verify, end to end: judge slot waits, attempts, retries and backoff
-read_timeout: 30            # seconds to send a whole request (headers and body); then the connection is closed
-max_connections: null       # open connections at most (503 past it); null: the open-file limit less a reserve
-judge: {base_url: http://host:8000/v1, model: NAME, api_key: null, max_concurrency: 64, timeout: 120, retries: 3}
-terminus_judge: {...}      # one block per environment of the registry (rewards/environments/__init__.py),
-multichallenge: {...}      # keyed by its name, validated by its config class (TerminusJudgeConfig, ...)
-verifif: {...}
-```
-`ServerConfig` is built from the registry: a block and an `environment` choice per registered environment.
-Each environment's defaults are documented in its module (rewards/environments/NAME.py).
+`ServerConfig` is built from the registry (rewards/environments/__init__.py): a block and an `environment` choice
+per registered environment. The keys: docs/reward-server.md#the-config-file.
 """
 
 from __future__ import annotations

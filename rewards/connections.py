@@ -1,19 +1,9 @@
 """Connection hygiene for the reward server on uvicorn: read deadlines, a connection cap, floods logged once.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-uvicorn's h11 protocol has no deadline for reading a request: a client that sends half its headers (or half its
-body) keeps its connection, and its file descriptor, forever. Enough of them (1,024 by default) and `accept()`
-fails with EMFILE: /verify and /health stop answering, and asyncio logs a traceback per failed accept.
-
-`GuardedH11Protocol` (`uvicorn_options`) adds, per connection:
-- a read deadline (`read_timeout` seconds): from the connection's start, or the end of the previous response, until
-  the request's body is complete; past it the connection is closed (the app sees `http.disconnect`). Scoring and
-  judge calls, after the body is in, are not under it (`verify_timeout` is);
-- a cap (`max_connections`; default: the open-file limit less a reserve for the judge's connections, log files and
-  the like): a connection past it is answered `503` (`connection: close`) and closed at once, so descriptors are
-  never exhausted;
-and `ConnectionGuard.exception_handler` logs the event loop's out-of-descriptor accept errors once a minute with a
-count, instead of a traceback each. Each kind of event is logged once, then at most once a minute with its count;
-the counts are in `GET /metrics` (`connections`).
+`GuardedH11Protocol` (`uvicorn_options`): a `read_timeout` per request and a `max_connections` cap (503 past it);
+`ConnectionGuard.exception_handler`: out-of-descriptor accept errors logged once a minute, counted in `/metrics`.
+Why: docs/reward-server.md#the-config-file.
 """
 
 from __future__ import annotations

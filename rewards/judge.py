@@ -1,14 +1,9 @@
 """The LLM judge: one OpenAI-compatible `/chat/completions` endpoint, called with bounds NeMo Gym lacks.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-NeMo Gym's judge calls have no deadline and no shared concurrency limit (its issue #3023), and connection errors
-are retried forever, so a stalled judge stalls `/verify`. Here every call:
-- waits for a slot of one semaphore shared by the whole server (`max_concurrency` calls in flight at most);
-- has a deadline per attempt (httpx's timeout, and `asyncio.wait_for` around the whole attempt);
-- is retried `retries` times, with exponential backoff and jitter, on connection errors, 5xx and 429 (a 429's
-  `Retry-After` is honoured up to `backoff_max`); other 4xx and deadlines are not retried.
-When the call still fails, or the body is not a chat completion, `JudgeError` says which URL failed and why;
-the environments turn it into NeMo Gym's `judge_failed` (reward 0, `mask_sample: true`).
-A judge that answers, but without a verdict, is not a failure: that is scored by the environment's parser.
+Every call waits for a slot of one shared semaphore (`max_concurrency`), has a deadline per attempt and is retried
+`retries` times with backoff on connection errors, 5xx and 429. A call that still fails raises `JudgeError`
+(the environments' `judge_failed`, masked); an answer without a verdict is the environment parser's to score.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""A reward server on loopback for the length of a run, when the GRPO config names no reward_url."""
+"""A reward server on loopback for the length of a run, when the GRPO config names no reward_url.
+Runs in: the trainer's process (the training venv), which starts `python -m rewards.server` as a subprocess.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Server metrics for `GET /metrics`: request counts and latency by endpoint, rewards by environment, failures."""
+"""Server metrics for `GET /metrics`: request counts and latency by endpoint, rewards by environment, failures.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
+"""
 
 from __future__ import annotations
 

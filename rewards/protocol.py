@@ -1,9 +1,8 @@
 """The NeMo Gym `/verify` wire format: request models, the echo of `responses_create_params`, and `make_response`.
+Runs in: the training venv (pydantic): the reward server validates with it, the GRPO client builds its requests.
 
-A verify request is a dataset row plus `response` (an OpenAI Responses object). NeMo Gym validates the row with
-pydantic: `responses_create_params` forbids keys the Responses API does not have, `response.output` items must
-carry a `type`. The models here check the same things (and the types of every field a reward reads), so a bad
-request is a 422 naming the field instead of an error deep inside an environment.
+A verify request is a dataset row plus `response` (an OpenAI Responses object). The models check what NeMo Gym's
+pydantic models check (and the types of every field a reward reads), so a bad request is a 422 naming the field.
 """
 
 from __future__ import annotations

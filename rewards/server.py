@@ -1,4 +1,5 @@
 """`python -m rewards.server`: the reward server (NeMo Gym `/verify` protocol) on uvicorn.
+Runs in: its own process: the training venv, or any Python >= 3.11 with FastAPI, pydantic, httpx and uvicorn.
 
     python -m rewards.server                                    # every environment, routed by agent_ref.name
     python -m rewards.server --config configs/rewards/terminus_judge_llm.yaml --judge_base_url http://judge:8000/v1

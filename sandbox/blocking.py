@@ -1,11 +1,8 @@
 """``BlockingSandbox``: a ``Sandbox`` for synchronous code (e.g. the tool methods of TRL's ``environment_factory``).
+Runs in: any Python >= 3.11, standard library only; a private event loop in a daemon thread of the caller's process.
 
-Runs in: any Python >= 3.11, standard library only.
-
-Each instance runs its ``Sandbox`` on a private event loop in a daemon thread; every method blocks until
-the sandbox call is done. ``close()`` (or leaving the ``with`` block) stops the sandbox and the thread.
-If this process dies without closing, the sandbox dies too: the lifeline pipe to its PID 1 closes with
-the process (its cgroup, as root, is removed by the next sandbox started or stopped on the host).
+Every method blocks until the sandbox call is done; ``close()`` (or leaving the ``with`` block) stops the sandbox
+and the thread. How: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The per-sandbox cgroup (v2, or the v1 pids/memory/cpu hierarchies). Root only.
-
-Runs in: any Python >= 3.11, standard library only.
+Runs in: any Python >= 3.11, standard library only; in the process that owns the sandbox.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""What one sandbox is made of: ``SandboxConfig``. Runs in: any Python >= 3.11, standard library only."""
+"""What one sandbox is made of: ``SandboxConfig``.
+Runs in: any Python >= 3.11, standard library only.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
-
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches ``sandbox/pid1.py`` as the PID 1 of fresh mount, PID, network, IPC and UTS
-namespaces (and a user namespace in ``userns`` mode) inside the limits (a cgroup as root, rlimits
-otherwise), creates the workdir and replays the Dockerfile subset. ``exec`` (and every transfer) runs
-``sandbox/enter.py`` with the host's Python: it enters those namespaces and the sandbox's root, drops
-to Docker's default capability set minus ``CAP_MKNOD`` (bounding set too), sets no_new_privs and the
-seccomp filter, and only then executes ``/bin/bash -c`` of the sandbox with a clean environment (no
-program or library of the sandbox ever runs with the host's privileges). A command past its ``timeout_sec``, or cancelled, has its whole
-process group killed. ``stop`` kills PID 1 (the kernel then kills every process of the namespace),
-so does the closing of the lifeline pipe when this process dies, and so does the ``wall_sec`` cap.
-
-Network: with ``network="none"`` the sandbox has loopback only and its PID 1 answers DNS on 127.0.0.1 with
-REFUSED, reporting each name asked over a pipe (``names_asked``): so a step that failed after asking for
-``pypi.org`` is named as one that needed the network. With ``pasta`` or ``slirp4netns`` that program (the host's,
-started here, killed at ``stop`` or with this process) gives the namespace a default route out through
-user-mode networking: 10.0.2.100/24, gateway 10.0.2.2, DNS 10.0.2.3, and no path to the host's loopback
-(pasta: ``--no-map-gw``, no port forwarding either way; slirp4netns: ``--disable-host-loopback``).
+``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.py, ``stop``
+(or this process's death, or ``wall_sec``) kills PID 1 and with it every process inside; ``names_asked`` reports
+the names the sandbox's resolver refused.
+How: docs/sandbox.md#inside-the-modules; the network: docs/sandbox.md#what-is-isolated.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The Dockerfile subset a sandbox replays: parse a Dockerfile, and replay it through a running sandbox.
-
 Runs in: any Python >= 3.11, standard library only.
 
-Replayed: ``WORKDIR`` (created), ``ENV`` (set for every later command), ``COPY``/``ADD`` of files from the
-build context, ``RUN`` (as root; with the sandbox's network, none by default). Not obeyed: ``FROM`` (the
-userland is the host's, or the image root file system the sandbox was given) and the other metadata lines;
-``COPY --from`` and anything else unknown is skipped with a warning.
-
-A ``RUN`` that fails raises ``NetworkNeededError`` when it asked the sandbox's resolver for a name (so it
-needed a download: ``apt-get install``, ``pip install``, ``git clone https://...``), else
-``EnvironmentBuildError``; a ``COPY`` whose source is missing raises ``EnvironmentBuildError``.
+Replayed: ``WORKDIR``, ``ENV``, ``COPY``/``ADD`` from the build context, ``RUN``; a failed step raises
+``NetworkNeededError`` or ``EnvironmentBuildError``. The rules: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Enter a running sandbox and run one command there with a task's privileges (replaces nsenter + setpriv).
+Runs in: the host's Python (>= 3.11, standard library only), as ``python -I -S enter.py FD`` from sandbox.core.
 
-Runs in: the host's Python (any >= 3.11, standard library only), started by ``sandbox.core`` as
-``python -I -S enter.py FD`` by absolute path, so that nothing of the sandbox's file system is loaded
-while this process still holds the host's privileges. FD is an inherited file (a memfd) holding the
-JSON spec: ``pid`` (host pid of the sandbox's PID 1), ``userns``, ``uid``, ``gid``, ``groups``,
-``caps`` (the capability numbers the command keeps), ``seccomp`` (apply ``seccomp_filter``), ``argv``, ``env``.
-
-Order, all before anything of the sandbox runs:
-  1. open /proc/PID/ns/{user,mnt,uts,ipc,net,pid} and /proc/PID/root (the sandbox's PID 1)
-  2. setns into user (userns mode), mnt, uts, ipc, net, pid; fchdir to that root and chroot(".")
-  3. drop the capability bounding set to ``caps``, clear ambient capabilities, set the groups,
-     gid and uid, capset(effective = permitted = ``caps``, inheritable = none), PR_SET_NO_NEW_PRIVS,
-     the seccomp filter (``seccomp_filter``, built before step 2: default-deny, EPERM for every system
-     call not on the allow-list of ``sandbox/seccomp.py``, modelled on Docker's default profile)
-  4. fork (the child is in the sandbox's PID namespace) and execve ``argv`` from the sandbox's tree
-     with exactly ``env``; the parent waits and exits like the child.
-Every module and the libc handle are loaded at import time; after the chroot only system calls run
-(no imports, no NSS look-ups: the caller resolves users and groups inside the sandbox beforehand).
+FD is an inherited memfd holding the JSON spec (``pid``, ``userns``, ``uid``, ``gid``, ``groups``, ``caps``,
+``seccomp``, ``argv``, ``env``). Everything is loaded before it enters; after the chroot only system calls run.
+The order of the steps: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

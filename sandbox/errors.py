@@ -1,7 +1,8 @@
-"""The sandbox's exceptions. Runs in: any Python >= 3.11, standard library only.
+"""The sandbox's exceptions, each an infrastructure failure (the task's environment, not the agent, got it wrong).
+Runs in: any Python >= 3.11, standard library only.
 
-Each names an infrastructure failure: something the task's environment, not the agent, got wrong. Their class
-names are what Harbor records as a trial's ``exception_type`` (harbor_tasks/verdict.py sorts them into kinds).
+Their class names are what Harbor records as a trial's ``exception_type``; harbor_tasks/verdict.py sorts them
+into kinds.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
-"""Image root file systems for the sandbox: an image reference (a task's ``docker_image`` or its Dockerfile's
-``FROM``) -> an unpacked folder, ``SandboxConfig.rootfs``. Runs in: any Python >= 3.11, standard library only
-(plus, on the host, the tools a source needs: tar; umoci for OCI images; skopeo for image archives and pulls).
+"""Image root file systems for the sandbox: an image reference -> an unpacked folder (``SandboxConfig.rootfs``).
+Runs in: any Python >= 3.11, standard library only (plus tar, umoci and skopeo on the host, as a source needs them).
 
-Where an image comes from, per reference (``ImageStore``):
-- an images file (JSON, ``{"alexgshaw/fix-git:20260403": "images/fix-git.tar", ...}``; relative sources are
-  relative to the file) naming, per reference, one of
-  - a folder holding a root file system (``bin/``, ``usr/``, ...): used as it is;
-  - an OCI image layout (a folder with ``oci-layout``): unpacked by ``umoci unpack``;
-  - an OCI archive or a docker-archive tarball (``docker save``, ``podman save``): made an OCI layout by
-    ``skopeo copy``, then unpacked by umoci;
-  - a tarball of a root file system (``mmdebstrap``'s output, ``docker export``): extracted by tar;
-- or, with ``pull``, the registry: ``skopeo copy docker://REF oci:...`` (needs the network), then umoci.
-References match with or without ``docker.io/`` and ``library/``, and with ``:latest`` added when untagged.
-
-Each source is unpacked once into the cache folder (keyed by its path, size and modification time, or by the
-reference pulled), under a lock, into a temporary folder that is then renamed: concurrent trials share it. An
-unpacked folder is only ever the read-only lower layer of a sandbox's overlay, never written by a task. The
-image's own ``Env`` and ``WorkingDir`` (OCI images) come back with it (``ImageRoot``), as Docker applies them.
-Hand-written only the part no tool does: choosing the tool per source, the cache and its lock.
-
-Where no registry can be reached, ``build_debian_image`` makes a stand-in offline: a Debian ``minbase`` root file
-system by ``mmdebstrap`` (from the host's Debian mirror), plus a task's Dockerfile steps (``WORKDIR``, ``COPY`` of
-the build context, ``RUN``) as mmdebstrap customize hooks. Not the task's own image (its ``FROM`` may be Ubuntu or
-python:3.13-slim): a Debian userland instead of the host's.
+``ImageStore`` (from an images file, or ``pull``) unpacks each source once into the cache folder, shared by
+concurrent trials; ``build_debian_image`` makes an offline Debian stand-in with mmdebstrap.
+Sources and cache: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
-"""PID 1 of a sandbox. Runs in: any Python >= 3.11, standard library only, as ``python -I``.
+"""PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
+Runs in: any Python >= 3.11, standard library only, as ``python -I pid1.py sandbox_init:NAME CONFIG`` (sandbox.core).
 
-Started by ``sandbox.core.Sandbox.start`` as
-``unshare --mount --pid --fork --net --ipc --uts [--user ...] -- python -I pid1.py sandbox_init:NAME CONFIG``
-(the ``sandbox_init:NAME`` label only names the process in the host's ``ps``; CONFIG is JSON), so it
-already runs in fresh mount, PID, network, IPC and UTS namespaces. It builds the sandbox's root:
-
-  tmpfs (size: ``tmpfs_mb["root"]``, see ``SandboxConfig.tmpfs_sizes_mb``) at /tmp of the new mount namespace, holding u/ w/ (overlay uppers) and root/
-  deny by default: of the host only /usr, /bin, /sbin, /lib*, /etc (password hashes and private
-  keys removed) and a few package-database folders of /var, each an overlay (the host folder is the
-  read-only lower layer, the upper is on that tmpfs); every other top-level folder (/root, /home,
-  /work, /opt, /srv, /mnt, ...) is empty; ``expose`` paths are bound read-only
-  fresh /proc (own PID namespace; /proc/sys, /proc/sysrq-trigger read-only; kcore & co masked)
-  /dev: tmpfs with null zero full random urandom tty bound in, a new devpts, /dev/shm
-  /sys: sysfs read-only (skipped where the kernel refuses)
-  /tmp /var/tmp /run: fresh tmpfs; the paths in ``hide`` covered by an empty read-only tmpfs
-then pivot_root()s into it and detaches the old root, so no path leads back to the host's tree.
-With ``rootfs`` (an unpacked image, ``sandbox.images``) the root is instead one overlay whose read-only lower
-layer is that folder: the image's userland, nothing of the host's but the ``expose`` paths.
-``/etc/resolv.conf`` is the sandbox's own (``resolv_conf``). Loopback is brought up (the network namespace has
-no other interface until core attaches pasta or slirp4netns). With ``resolver`` PID 1 also answers DNS on
-127.0.0.1:53: every query gets REFUSED, and the name, the asking program and whether it descends from a
-running command (not an orphan left by an earlier one) go as a JSON line to ``report_fd``, a pipe to the
-owning process that no command of the sandbox holds. It prints ``READY`` and then reaps orphans until the
-wall-time deadline passes or the lifeline pipe from the owning process closes; when PID 1 exits the kernel
-kills every process of the namespace.
+It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
+the owning process closes; the kernel then kills every process of the namespace.
+The root it builds: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

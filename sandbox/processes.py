@@ -1,5 +1,4 @@
 """Host-side process helpers of the sandbox: kill a command's process group, find the sandbox's PID 1.
-
 Runs in: any Python >= 3.11, standard library only.
 """
 

@@ -1,25 +1,9 @@
 r"""The seccomp profile of ``sandbox/enter.py`` as data: the allowed system calls and the syscall tables.
+Runs in: any Python >= 3.11, standard library only, literals only; enter.py loads it by absolute path before it enters.
 
-Runs in: any Python >= 3.11, standard library only, no code at import time but literals; ``enter.py``
-(run as ``python -I -S``) loads this file by its absolute path before it enters the sandbox.
-
-Default-deny: a system call that is not allowed here fails with ``EPERM``. ``ALLOWED`` is our own list,
-modelled on Docker's default profile (moby ``profiles/seccomp/default.json``: the unconditional
-allow-list plus the entries for amd64/arm64 and for the capabilities we keep, i.e. ``chroot`` for
-``CAP_SYS_CHROOT``, and ``ptrace``/``process_vm_*`` as Docker does on kernels >= 4.8), except that
-``name_to_handle_at`` stays denied (file handles). ``ALLOWED_WITH_ARGS`` are checked by argument in
-``enter.py`` as Docker does: ``clone`` without ``CLONE_NEW*`` flags, ``socket`` except ``AF_ALG`` (38)
-and ``AF_VSOCK`` (40), ``personality`` with ``PERSONALITIES`` only; ``clone3`` fails with ``ENOSYS``
-(the C library then falls back to ``clone``, whose flags can be checked).
-
-``SYSCALLS`` maps each architecture to its table (name -> number), generated from this machine's
-kernel headers (linux-libc-dev 6.1: ``asm/unistd_64.h``; for aarch64 the generic ``asm-generic/unistd.h``
-with arm64's ``__ARCH_WANT_*``); names an architecture lacks (32-bit variants, system calls newer
-than the headers) are skipped. Numbers above a table's highest fail with ``ENOSYS`` instead of
-``EPERM`` (as runc does for system calls newer than its profile), so a newer C library falls back.
-Regenerate the tables (prints ``ARCH {name: number}``; needs gcc and linux-libc-dev) with:
-
-    python3 -c 'import re,subprocess as s;W="RENAMEAT NEW_STAT SET_GET_RLIMIT TIME32_SYSCALLS SYS_CLONE3 MEMFD_SECRET".split();H={"x86_64":"#include <asm/unistd_64.h>","aarch64":"".join("#define __ARCH_WANT_%s\n"%w for w in W)+"#include <asm-generic/unistd.h>"};[print(a,(lambda d:(lambda r:{k[5:]:r(r,v) for k,v in d.items() if k[:5]=="__NR_" and k[5:] not in("syscalls","arch_specific_syscall")})(lambda r,v:int(v) if v.isdigit() else r(r,d[v])))(dict(re.findall(r"#define (__NR\w+) (\w+)",s.run(["gcc","-E","-dM","-"],input=h+"\n",capture_output=True,text=True).stdout)))) for a,h in H.items()]'
+Default-deny (``EPERM``), modelled on Docker's default profile: ``ALLOWED``, ``ALLOWED_WITH_ARGS`` (checked by argument
+in enter.py), ``SYSCALLS`` (per architecture, from the kernel headers). What differs from Docker and the command that
+regenerates the tables: docs/sandbox.md#inside-the-modules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Tar archives that carry files into and out of a sandbox. Runs in: any Python >= 3.11, standard library only."""
+"""Tar archives that carry files into and out of a sandbox (streamed, capped).
+Runs in: any Python >= 3.11, standard library only.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 #!/usr/bin/env python3
 """Validate and dry-run the built-in Harbor task suites without Harbor.
+Runs in: any Python >= 3.11, standard library only (with harbor_tasks); no root, namespace or container.
 
-For every task under eval/tasks/terminal (single-step) and eval/tasks/evocode (Harbor multi-step,
-`[[steps]]`), this script
-  1. checks the structure Harbor expects (task.toml keys, instruction, environment/Dockerfile,
-     workspace, solution/solve.sh, tests/test.sh, steps/<name>/... for multi-step tasks);
-  2. runs the task the way a Harbor trial would, in a temporary directory that stands in for the
-     container: environment/app -> $APP_DIR (Harbor: /app), environment/setup.sh run in it,
-     solution -> $SOLUTION_DIR, tests -> $TESTS_DIR, reward read from $LOGS_DIR/verifier.
-     Agent "oracle" runs solution/solve.sh (per step for multi-step tasks); agent "nop" runs nothing.
-
-The task scripts honour APP_DIR and LOGS_DIR (defaults /app and /logs), and find their own files
-relative to themselves, so no root, namespace or container is needed here.
+For every task under eval/tasks/terminal (single-step) and eval/tasks/evocode (multi-step, `[[steps]]`) it checks
+the structure Harbor expects, then runs the task in a temporary directory that stands in for the container
+($APP_DIR, $SOLUTION_DIR, $TESTS_DIR, $LOGS_DIR): agent "oracle" runs solution/solve.sh, "nop" nothing.
+What it checks, step by step: eval/tasks/README.md.
 
 usage: python eval/tasks/check.py [TASK_DIR ...] [--agent oracle|nop|both] [--validate-only] [--json]
 exit status 0 when every task is valid, oracle scores 1 (all cases pass) and nop scores 0.

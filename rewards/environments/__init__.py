@@ -1,5 +1,5 @@
-"""The registry of reward environments: the server config (`ServerConfig`'s per-environment blocks and its
-`environment` choice), the `--environment` flag and the app's `agent_ref.name` routing are all derived from it.
+"""The registry of reward environments: the server config, the `--environment` flag and the routing derive from it.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
 To add an environment: write its module here (see `base.py`: its config, `Environment` subclass and prompt file),
 then add its class to the tuple below.

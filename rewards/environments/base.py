@@ -1,13 +1,9 @@
-"""What every environment shares: its config base, its prompt files, the request echo, and NeMo Gym's
-`judge_failsafe` row.
+"""What every environment shares: its config base, its prompt files, the request echo, NeMo Gym's `judge_failsafe` row.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-An environment is one module in this package holding
-- an `EnvironmentConfig` subclass: its knobs, the `NAME: {...}` block of a server config (configs/rewards/*.yaml);
-- an `Environment` subclass naming its `name` (the config key, `--environment` value and metrics label), its
-  `request_model`, its `config_model` and its `agent_refs` (the `agent_ref.name` values routed to it);
-- its judge prompt, if it has one, in `<module>_prompt.txt` beside it (read with `read_prompt`);
-and one line in the registry (`rewards/environments/__init__.py`), from which the server config, the command line
-and the app's routing are derived.
+An environment is one module here: an `EnvironmentConfig` subclass (its `NAME: {...}` config block), an
+`Environment` subclass (`name`, `request_model`, `config_model`, `agent_refs`), its judge prompt in
+`<module>_prompt.txt` (`read_prompt`), and one line in the registry (rewards/environments/__init__.py).
 """
 
 from __future__ import annotations

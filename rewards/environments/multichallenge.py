@@ -1,18 +1,10 @@
 """NeMo Gym's `multichallenge`: a YES/NO judge call per rubric item, aggregated.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-As `resources_servers/multichallenge/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym):
-
-- The response is the last assistant message's text, think blocks removed.
-- `rubric` falls back to `metadata.rubric`; `context` to `metadata.messages` rendered as `[ROLE]: content`
-  blocks joined by blank lines (`thinking` messages skipped).
-- Each item: the judge gets `judge_prompt_template.format(context, response, question, pass_criteria)`.
-  Verdict: the later of `[[YES]]`/`[[NO]]`; with neither, a last line containing "YES" is YES, else NO (the
-  default). Score 1 when the verdict equals `pass_criteria` ("NO" inverts; any other value counts YES as pass).
-- Aggregation: mean (default), min, max, all (every score >= 0.99), any, weighted (sum s*w / sum w). An empty
-  rubric gives 0.0. One failed judge call masks the whole sample (`judge_failed`).
-
-Config (`multichallenge: {...}`): NeMo Gym's `MultiChallengeConfig` class defaults; the default judge prompt is
-`multichallenge_prompt.txt` beside this module (NeMo Gym's class-default template, word for word).
+As NeMo Gym's `resources_servers/multichallenge/app.py`; config `multichallenge: {...}` (NeMo Gym's
+`MultiChallengeConfig` defaults), judge prompt `multichallenge_prompt.txt` beside this module. One failed judge call
+masks the sample (`judge_failed`).
+The verdict parsing and aggregations: docs/reward-server.md#the-environments-check-by-check.
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
 """NeMo Gym's `terminus_judge`: is the policy's next Terminus action the teacher's (`expected_answer`)?
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-As `resources_servers/terminus_judge/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym). The checks, in its
-order; the first that fails ends the verify with reward 0:
- 1. `expected_answer` (or `metadata.expected_answer`) missing or empty        -> expected_answer_invalid
- 2. the text of ALL assistant messages, joined by "\\n", stripped, is empty  -> model_output_invalid
- 3. think stripping: the text after the last `</think>`, stripped
- 4. the expected answer is not a JSON object                                -> expected_answer_invalid
- 5. `json.loads` of the whole text is not a JSON object (no extraction)     -> model_output_invalid
- 6. `metadata.harness` is not terminus_1 / terminus_2                       -> unknown_harness
- 7. the expected answer fails the harness schema                            -> expected_answer_invalid
- 8. the prediction fails the harness schema (extra keys included)           -> schema_check_failed
- 9. the gold says the task is complete and the prediction does not          -> task_complete_check_failed
-10. string similarity (if enabled): SequenceMatcher ratio of the concatenated keystrokes >= the row's
-    `threshold`, else the configured one -> reward 1.0; below it -> the judge if enabled, else
-    string_similarity_below_threshold. (Not in NeMo Gym: each side is cut to `max_similarity_chars` first, and
-    the response then says `similarity_truncated: true`; the ratio runs in a thread pool, off the event loop.)
-11. the LLM judge (if needed and enabled): `[[A=B]]` -> 1.0 (with `check_twice_swap`, the swapped call must say
-    `[[A=B]]` too, else `reward_if_swap_fails`), `[[A!=B]]` -> judge_not_equivalent, no verdict ->
-    judge_parsing_failed (judge_swap_parsing_failed for the swapped call)
-12. neither similarity nor judge enabled: passing 1-9 gives 1.0.
-A judge call that fails is `judge_failed` (masked), not a score.
-
-Config (`terminus_judge: {...}`): NeMo Gym's `TerminusJudgeResourcesServerConfig`, except that the default is its
-`terminus_judge_string_only.yaml` (string similarity >= 0.9, no judge: how NVIDIA scores the pivot set). The judge
-prompt is `terminus_judge_prompt.txt` beside this module.
-
-Similarity cost: difflib's ratio is pure Python and, on adversarial input, cubic in the length (one character
-repeated in the gold, the same character every 100th in the prediction: 0.09 s at 2,000 characters, 0.5 s at
-4,000, 7 s at 10,000; a 200,000-character pair never finishes). Both strings come from the client, so each side
-is cut to `max_similarity_chars` (default 3,000: ~0.2 s worst case on one core; real Terminus keystrokes are far
-shorter) and the ratio is computed in a pool of `similarity_workers` threads, so /health, /metrics and other
-rows keep being served while it runs.
+As NeMo Gym's `resources_servers/terminus_judge/app.py`: schema checks, then keystroke similarity (string-only at 0.9
+by default, each side cut to `max_similarity_chars`, in `similarity_workers` threads), then an optional LLM judge.
+Judge prompt: `terminus_judge_prompt.txt` beside this module.
+The twelve checks and the similarity cost: docs/reward-server.md#the-environments-check-by-check.
 """
 
 from __future__ import annotations

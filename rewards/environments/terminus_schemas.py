@@ -1,11 +1,8 @@
-"""The Terminus action schemas NeMo Gym's terminus_judge validates against (OpenAPI 3.0, via
-`openapi_schema_validator.validate`), keyed by `metadata.harness`.
+"""The Terminus action schemas NeMo Gym's terminus_judge validates against (OpenAPI 3.0), keyed by `metadata.harness`.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-Both forbid extra keys at the top level and inside each command (`additionalProperties: false`).
-- terminus_1: `state_analysis: str`, `explanation: str`, `commands: [{keystrokes: str, is_blocking: bool,
-  timeout_sec: number}]` (all three required), `is_task_complete: bool`; all four required.
-- terminus_2: `analysis: str`, `plan: str`, `commands: [{keystrokes: str, duration?: number}]` required;
-  `task_complete?: bool`.
+terminus_1 and terminus_2; both forbid extra keys at the top level and inside each command.
+The fields: docs/reward-server.md#the-environments-check-by-check.
 """
 
 TERMINUS_1_SCHEMA = {

@@ -1,27 +1,10 @@
 """NeMo Gym's `verifif` (formerly `turing_vif`): `llm_judge` YES/NO items and `instructions`.
+Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
 
-As `resources_servers/verifif/app.py` in NeMo Gym (https://github.com/NVIDIA-NeMo/Gym). Implemented exactly:
-- the request model (`llm_judge` items need `uid`, `content`, `source` in {user, system} and a boolean
-  `is_misalignment_check`, else 422; `pass_criteria` YES|NO, default YES; unknown row keys are dropped);
-- the schema check NeMo Gym runs first (objects, `instruction_id` present, `uid` present and unique across both
-  lists, `source`, boolean `is_misalignment_check`): any error gives reward 0.0 with one `schema_validation`
-  Failed entry per error;
-- `llm_judge` items: `LLM_JUDGE_QUESTION_PROMPT` as the system message, "Evaluate the response." as the user
-  message, think tags stripped from the answer, the later of `[[YES]]`/`[[NO]]` wins, else a last line of exactly
-  YES/NO, else the item fails ("No [[YES]]/[[NO]] marker found ..."); `pass_criteria` NO inverts the verdict;
-- misalignment inversion (`source == "user"` and `is_misalignment_check`): a pass becomes a fail and back;
-- aggregation all (default), any, mean, min, max; no checks at all gives 1.0;
-- a failed judge call masks the sample (`judge_failed`) after every item has run, as NeMo Gym does.
-
-Not implemented: the ~50 rule-based validators per language (`startend:start_checker`, `keywords:frequency`, ...),
-the 28 LLM-judged instruction ids (`stylistic:*`, `linguistic:*`, `situation:*`) and NeMo Gym's table of each id's
-required arguments. A row with `instructions` is therefore never scored: it comes back masked, with
-`failure_kind: "unsupported_instruction"`, the ids in `unsupported`, and each instruction `Skipped` in
-`validation_results` (no judge call is made for it).
-
-Config (`verifif: {...}`): NeMo Gym's `TuringVIFResourcesServerConfig`; the default judge prompt is
-`verifif_prompt.txt` beside this module (NeMo Gym's `LLM_JUDGE_QUESTION_PROMPT`, with its leading and trailing
-newline).
+As NeMo Gym's `resources_servers/verifif/app.py` for `llm_judge` items; rows with `instructions` (rule-based and
+LLM-judged validators, not implemented) come back masked, `failure_kind: "unsupported_instruction"`. Config
+`verifif: {...}`, prompt `verifif_prompt.txt` beside this module.
+What is implemented exactly: docs/reward-server.md#the-environments-check-by-check.
 """
 
 from __future__ import annotations
