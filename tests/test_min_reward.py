@@ -13,6 +13,7 @@ from conftest import REPO
 from chat_corpus.sft_corpus import CorpusArguments, build_sft_corpus
 from chat_corpus.sources import Source, load_source
 from common.errors import CorpusError
+from harbor_tasks.verdict import trial_verdict
 
 JOB = REPO / "data" / "harbor" / "sample-job"  # 5 trials: 3 with reward 1.0, 2 with 0.0
 
@@ -61,15 +62,13 @@ def test_rejection_sampling_reads_a_trial_as_eval_does(job):
     trial("TIMEOUT", verifier_result=None, exception_info={"exception_type": "VerifierTimeoutError"})
     trial("OFFLINE", verifier_result={"rewards": {"reward": 0.0}},
           exception_info={"exception_type": "NetworkNeededError"})
-    loaded = load_source(Source(str(job)), "metadata.source_trajectory_uid")
-    by_trial = {r["metadata"]["source_trajectory_uid"]: r["metadata"] for r in loaded.records}
-    assert by_trial["csv-pipeline__PARTIAL"]["reward"] == 0.5
-    assert by_trial["csv-pipeline__TIMEOUT"]["reward"] == 0.0
-    assert by_trial["csv-pipeline__OFFLINE"]["reward"] is None
-    assert by_trial["csv-pipeline__OFFLINE"]["infra_kind"] == "network"
     kept = load_source(Source(str(job), min_reward=0.5), "metadata.source_trajectory_uid")
-    assert "csv-pipeline__PARTIAL" in {r["metadata"]["source_trajectory_uid"] for r in kept.records}
-    assert kept.no_reward == 2  # the errored trial and the infrastructure failure
+    groups = {record["group"] for record in kept.records}
+    assert "csv-pipeline__PARTIAL" in groups and not groups & {"csv-pipeline__TIMEOUT", "csv-pipeline__OFFLINE"}
+    assert kept.no_reward == 2  # the errored trial and the infrastructure failure: no reward, not a failed 0
+    assert kept.below_min_reward == 3  # the sample's two 0.0 trials and the timeout's 0
+    offline = trial_verdict(json.loads((job / "csv-pipeline__OFFLINE" / "result.json").read_text()))
+    assert (offline.outcome, offline.infra_kind, offline.score) == ("infra_failure", "network", None)
 
 
 def test_min_reward_must_be_a_number():
