@@ -34,7 +34,7 @@ import pytest
 from eval import compare, metrics as M, score
 from eval.job_dir import (NotAJobDir, exception_from_text, parse_case_summary, read_job)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "eval_jobs"
 SINGLE = FIXTURES / "single-step"
 MULTI = FIXTURES / "multi-step"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("eval_tasks_check", REPO / "eval" / "tasks" / "check.py")
 check = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = check

@@ -13,7 +13,7 @@ from harbor_tasks.folder import TaskFolder, TaskFolderError, is_task, read_confi
 from harbor_tasks.generate import write_task
 from harbor_tasks.suites import BUILTIN_SUITES, SuiteError, local_suite
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "tests" / "fixtures" / "harbor_tasks" / "hello-world"
 
 

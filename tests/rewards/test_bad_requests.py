@@ -20,7 +20,7 @@ from rewards.app import create_app
 from rewards.config import load_config
 from rewards.protocol import make_response
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 LIMIT = 256 * 1024
 

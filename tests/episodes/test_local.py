@@ -16,7 +16,7 @@ from conftest import process_gone, processes_matching
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, episode_verdict
 from harbor_tasks.generate import write_task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HARBOR_VENV = REPO / ".venv-harbor"
 HARBOR = HARBOR_VENV / "bin" / "harbor"
 HARBOR_PY = HARBOR_VENV / "bin" / "python"

@@ -19,7 +19,7 @@ from rewards.app import create_app
 from rewards.config import load_config
 from rewards.protocol import make_response
 
-EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "nemo_gym"  # NeMo Gym's rows; see its README.md
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_gym"  # NeMo Gym's rows; see its README.md
 
 
 # ---- loopback servers -----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import yaml
 
 from harbor_tasks.generate import generate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
 
 

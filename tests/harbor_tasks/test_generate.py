@@ -16,7 +16,7 @@ import pytest
 
 from harbor_tasks import generate as gen
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("eval_tasks_check_gen", REPO / "eval" / "tasks" / "check.py")
 check = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = check

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
@@ -71,7 +71,7 @@ def run_small(tmp_path: Path, name: str, agent: str) -> Path:
     assert summary["train_seeds"] == {"3": 12} and summary["eval_seeds"] == {"7": 2}
     assert summary["teacher"]["trials"] == 12 and summary["teacher"]["solved"] == 1.0
     steps = [step for step, _ in summary["heldout_curve"]]
-    assert steps == [0, 6]  # step 0 and the save (every save: tests/test_eval_callback.py)
+    assert steps == [0, 6]  # step 0 and the save (every save: tests/trainers/test_eval_callback.py)
     assert all(isinstance(score, float) and 0 <= score <= 1 for _, score in summary["heldout_curve"])
     assert isinstance(summary["overfit_mean_reward"], float)
     assert (out / "checkpoint-0" / "model.safetensors").is_file() and (out / "curve.png").stat().st_size > 0

@@ -19,7 +19,7 @@ from sandbox import NetworkNeededError, VerifierToolsMissingError
 from harbor_tasks import verdict as outcomes
 from harbor_tasks.verdict import diagnose, missing_tools, reward_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TB2 = REPO / "tests" / "fixtures" / "tb2_shaped"
 HARBOR_PY = REPO / ".venv-harbor" / "bin" / "python"
 
