@@ -1,10 +1,7 @@
-"""The episode server (`python -m episodes.server`): agentic GRPO's sandboxes on CPU nodes apart from the GPU
-trainers, NeMo Gym style (seed a session, call its tool, verify, close). Each session is one
-`episodes.local.TaskEnvironment` episode, so the rewards, limits and failure kinds are the trainer's own;
-the trainer side is `episodes.remote.RemoteTaskEnvironment` (config key `sandbox_urls`).
+"""Episodes in sandboxes: in process (local), on an episode server (remote: its client), oracle episodes, the server.
+Runs in: the training venv (.venv, Python >= 3.11): FastAPI, uvicorn, httpx and the standard-library sandbox; no torch.
 
-Runs in the training venv (.venv, Python >= 3.11): FastAPI, uvicorn and the standard-library sandbox core; it
-imports no torch.
+The wire constants below are the server's endpoints (episodes/app.py) and what its client calls (episodes/remote.py).
 """
 
 TOKEN_ENV = "EPISODE_SERVER_TOKEN"  # the bearer token, when not given as --auth_token / sandbox_auth_token

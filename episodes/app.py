@@ -1,4 +1,5 @@
-"""The episode server's FastAPI app: sessions over HTTP, NeMo Gym style.
+"""The episode server's FastAPI app: its sessions over HTTP, NeMo Gym style (episodes.sessions does the work).
+Runs in: the episode server's process (training venv); the paths are the package's wire constants.
 
     POST /seed_session   {task_id, limits?, task_digest?}        -> {resources_session_id, lease_sec, ...}
     POST /bash           {resources_session_id, command}          -> {output}: what TaskEnvironment.bash returns
@@ -6,12 +7,7 @@
     POST /close_session  {resources_session_id}                   -> {closed, counts}
     POST /keepalive      {resources_session_ids: [...]}           -> {renewed, unknown}
     GET  /health         (open)                                   -> live sessions, capacity, counts by kind
-
-A sandbox that does not start answers 200 with no session and `failure_kind: sandbox_start` (the episode is not
-scored); every slot taken is 429; an unknown task or session 404, a task that differs from the trainer's 409, a
-bad field 422 (`detail` names it). The guard (common/asgi.py) checks the bearer token and the body size first.
-Calls block (sandbox start, commands, tests), so they run in a thread pool with a thread per session slot; the
-event loop keeps /health answering and reaps idle sessions. Shutdown (SIGTERM) tears down every sandbox.
+Status codes, the guard and the thread pool: docs/agentic-grpo.md ("Sandboxes on other nodes").
 """
 
 from __future__ import annotations

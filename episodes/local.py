@@ -1,32 +1,12 @@
-"""Harbor task folders as TRL environments: one episode is one task in a fresh local sandbox, the policy's `bash`
-tool calls run in it, and the task's own tests are the reward.
-
-Runs in: the training venv (Python 3.11). It drives the standard-library sandbox core (sandbox/) directly, so the
-trainer needs no Harbor (Python >= 3.12) and no server between it and the sandboxes.
+"""One episode of a Harbor task in a fresh local sandbox as a TRL environment: the policy's `bash`, the tests' verdict.
+Runs in: the training venv (Python >= 3.11), in the trainer's process or an episode server's; no Harbor, no server.
 
     env = TaskEnvironment(EpisodeLimits(), EpisodeStats())   # GRPOTrainer(environment_factory=...) builds these
-    env.reset(task_dir="eval/tasks/generated/write-value-1-0")  # the dataset row's columns
-    env.bash("ls")                                           # a tool call of the policy: output back to it
-    episode_reward(env)                                      # 1.0 / 0.0, or None: not scored (see below)
-    episode_failure(env)                                     # why not: (kind, detail), or None
-
-The harness (the prompt, the tool's schema, how a call's output is formatted and cut) is common/bash_harness.py's,
-which the eval agent (harbor_plugins/bash_tool_agent.py) shares. TRL's `GRPOTrainer(environment_factory=...)` makes
-every public method a tool the model can call: `bash` is the only one (`reset` TRL calls itself); everything else is
-private, and the reward is read by a module function, `episode_reward`, so the policy cannot call its own verifier.
-TRL never closes an environment, so each episode's sandbox is stopped when the episode is verified, when the next one
-starts, at exit, and, if the trainer is killed, by the sandbox itself (its PID 1 dies with the lifeline pipe to this
-process).
-
-Three outcomes of an episode, decided by harbor_tasks.verdict as for an eval trial (the design's rule: an
-infrastructure failure is never a score):
-- scored: the verifier's reward; an agent failure (the tests timed out or wrote no reward) scores 0, as Harbor
-  scores it, and so does an agent's command that took the sandbox down (out of memory, a full tmpfs);
-- ended by a limit (`episode_wall_sec`): 0, or not scored with `limit_outcome: mask`;
-- infrastructure failure, not scored (None: TRL keeps the rollout out of the group's mean and std, and its
-  advantage is 0), counted by kind (harbor_tasks.verdict.INFRA_KINDS): `environment_build` (the Dockerfile replay
-  failed), `network` (a build step or the verifier needed the network), `verifier_tools` (the verifier's own
-  runner is missing), `sandbox` (the sandbox failed at start, under a command or around the verifier).
+    env.reset(task_dir="outputs/tasks/write-value-1-0")        # the dataset row's columns
+    env.bash("ls")                                           # the policy's only tool: its output back to it
+    episode_reward(env)                                      # the verdict's score, or None: not scored
+    episode_failure(env), episode_verdict(env)               # why not: (kind, detail); the harbor_tasks Verdict
+Outcomes, limits and teardown: docs/agentic-grpo.md ("Rewards and failures", "Teardown").
 """
 
 from __future__ import annotations
@@ -130,7 +110,8 @@ class EpisodeStats:
             return {"episodes": self.episodes, "scored": self.scored, "passed": self.passed,
                     "pass_rate": round(self.passed / self.scored, 4) if self.scored else None,
                     "masked": sum(self.masked_by_kind.values()), "masked_by_kind": dict(self.masked_by_kind),
-                    "agent_failures": self.agent_failures, "ended_by_limit": self.ended_by_limit, "tool_calls": self.tool_calls,
+                    "agent_failures": self.agent_failures, "ended_by_limit": self.ended_by_limit,
+                    "tool_calls": self.tool_calls,
                     "tool_errors": self.tool_errors, "sandbox_start_seconds_mean": mean(self.start_seconds),
                     "verify_seconds_mean": mean(self.verify_seconds)}
 

@@ -1,27 +1,11 @@
-"""Episodes on episode servers (episodes/: `python -m episodes.server` on CPU nodes): the trainer-side twin of
-`TaskEnvironment`, with the same tool, the same reward reading and the same failure kinds.
-
-Runs in: the training venv (Python 3.11); needs only httpx.
+"""An episode on an episode server (`python -m episodes.server`): the client, the same tool, verdict and failure kinds.
+Runs in: the training venv (Python >= 3.11), in the trainer's process; needs only httpx.
 
     servers = EpisodeServers(["http://cpu1:8200", "http://cpu2:8200"])     # one per trainer process
     env = RemoteTaskEnvironment(servers, EpisodeLimits(), EpisodeStats())  # GRPOTrainer(environment_factory=...)
     env.reset(task_dir=".../write-value-1-0", task="write-value-1-0")      # the dataset row's columns
-    env.bash("ls")                                                         # runs on the server's sandbox
-    episode_reward(env)                                                    # episodes.local's reading
-
-The server runs a `TaskEnvironment` per session, so rewards, limits and failure kinds are the local ones. The task
-goes by name (the row's `task`) with the digest of the trainer's copy: the server looks it up under its own
-`--tasks` folders and refuses a task it lacks (404) or holds in another version (409); either, or a refused token
-(401), stops the run with one line (ConfigError), since every later episode would fail the same way.
-
-What the network adds, all of it "not scored", never a 0 (kind `sandbox`, counted as the local failures are; the
-detail says which): no server took the session (unreachable, 5xx, a timeout, or every server at capacity (429) for
-`start_timeout` seconds: a full or unreachable server hands the seed to the next URL); a `bash` call failed on the
-network, with a 5xx, or found its session gone; `/verify` failed after its retries (it is idempotent: the server
-keeps the result).
-`bash` is retried only when its request never reached the server (a command may have side effects); verify and
-close are retried on any network error or 5xx. A keepalive thread renews the leases of this process's live
-sessions, so a session expires only when its trainer has stopped calling (died, or hung).
+    env.bash("ls"); episode_reward(env)                                    # on the server's sandbox
+Retries, leases and what a failing server masks: docs/agentic-grpo.md ("Sandboxes on other nodes").
 """
 
 from __future__ import annotations

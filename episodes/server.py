@@ -1,10 +1,9 @@
 """`python -m episodes.server`: the episode server on uvicorn (a CPU node's sandboxes for agentic GRPO).
+Runs in: its own process, in the training venv (.venv, Python >= 3.11).
 
     python -m episodes.server --tasks DIR [DIR ...] [--host H] [--port 8200] [--max_sessions 32] [--lease_sec 120]
                               [--auth_token T]
-
-Tasks go by folder name under the --tasks folders (the trainer's own paths need not exist here; the trainer sends
-each task's digest and a copy that differs is refused). Trainers point `sandbox_urls` at one or more servers.
+Tasks go by folder name under --tasks; the trainer sends each task's digest and a copy that differs is refused.
 """
 
 from __future__ import annotations

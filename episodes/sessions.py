@@ -1,11 +1,9 @@
-"""The sessions an episode server holds: one `TaskEnvironment` episode each, a cap on how many live at once, an idle
-lease after which a session is closed unverified and its sandbox torn down, and teardown of all of them at
-shutdown. No HTTP here (episodes/app.py); every method blocks (the app runs them in its thread pool).
+"""The sessions an episode server holds: one `TaskEnvironment` episode each, a cap, idle leases, teardown at shutdown.
+Runs in: the episode server's process (training venv); no HTTP here (episodes/app.py), every method blocks.
 
-A session lives from `seed` to `verify` (the episode is scored or not, the sandbox stopped: TaskEnvironment's own
-verification) or to `close` (stopped unverified). Its lease is renewed by every call on it and by `keepalive`; a
-session idle past `lease_sec` is expired by `reap` exactly as `close` would end it. Verified answers are kept for
-a lease, so a /verify retried after a lost answer gets the same one.
+A session lives from `seed` to `verify` (scored or not, the sandbox stopped) or to `close`; every call and
+`keepalive` renew its lease, and `reap` ends one idle past `lease_sec` as `close` would. Verified answers are kept
+for a lease, so a retried /verify gets the same one.
 """
 
 from __future__ import annotations

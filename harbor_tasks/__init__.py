@@ -1,6 +1,5 @@
-"""Harbor task folders and verifier verdicts: one module reads a task folder (folder), one decides what a verifier run
-means (verdict); the built-in suites (suites), reference solutions as commands (solution), generated families
-(generate). Runs in any Python >= 3.11, standard library only: the training venv and the Harbor venv alike.
+"""Harbor task folders and verifier verdicts, each read in one place (folder, verdict); suites, solutions, generators.
+Runs in: any Python >= 3.11, standard library only: the training venv and the Harbor venv alike.
 """
 
 from harbor_tasks.folder import TaskFolder, TaskFolderError, is_task, read_config, task_folders, task_seeds

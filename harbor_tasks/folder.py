@@ -53,6 +53,14 @@ def read_config(task: str | Path) -> dict:
         raise TaskFolderError(f"{path}: does not parse: {err}") from None
 
 
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _positive_int(value) -> int | None:
+    return value if _int(value) is not None and value > 0 else None
+
+
 def _number(value, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
@@ -125,13 +133,11 @@ class TaskFolder:
 
     @property
     def memory_mb(self) -> int | None:
-        value = self.environment.get("memory_mb")
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return _positive_int(self.environment.get("memory_mb"))
 
     @property
     def storage_mb(self) -> int | None:
-        value = self.environment.get("storage_mb")
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return _positive_int(self.environment.get("storage_mb"))
 
     @property
     def allow_internet(self) -> bool:
@@ -174,13 +180,12 @@ class TaskFolder:
     @property
     def seed(self) -> int | None:
         """A generated task's seed (`[metadata] seed`), else None."""
-        seed = self.metadata.get("seed")
-        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        return _int(self.metadata.get("seed"))
 
     @property
     def index(self) -> int | None:
-        index = self.metadata.get("index")
-        return index if isinstance(index, int) and not isinstance(index, bool) else None
+        """A generated task's index within its seed (`[metadata] index`), else None."""
+        return _int(self.metadata.get("index"))
 
     @property
     def digest(self) -> str:

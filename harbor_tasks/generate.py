@@ -1,16 +1,11 @@
-"""Generate procedural Harbor tasks: short terminal jobs whose names, contents and numbers vary per instance.
+"""Procedural Harbor tasks: short terminal jobs whose names, contents and numbers vary per instance, by family and seed.
+Runs in: any Python >= 3.11, standard library only; training (agentic GRPO, the learning run) and evals both use it.
 
     python -m harbor_tasks.generate --out DIR --seed S --n N [--families a,b,...] [--force]
 
-Writes N single-step Harbor task folders `<family>-<seed>-<index>` into DIR (the layout of eval/tasks/README.md:
-instruction.md, task.toml, environment/Dockerfile + environment/app/, solution/solve.sh, tests/test.sh). Instance i
-is of family families[i % len(families)], so N >= len(families) covers every family. Everything is drawn from
-`random.Random` seeded with (seed, index, family): the same seed gives byte-identical folders, another seed other
-instances. Keep training and evaluation seeds disjoint.
-
-Each family is one function `(rng) -> Instance`: the instruction, the workspace files (copied to /app by the
-Dockerfile), optional setup commands (environment/setup.sh, e.g. chmod), the oracle's shell commands and the
-verifier's checks (bash conditions; the verifier writes 1 if all hold, else 0, to $LOGS_DIR/verifier/reward.txt).
+Writes N task folders `<family>-<seed>-<index>` (instance i of family families[i % len(families)]); the same seed
+gives byte-identical folders, another seed other instances: keep training and evaluation seeds disjoint. Each
+family is one function `(rng) -> Instance`. The families and layout: eval/tasks/README.md.
 """
 
 from __future__ import annotations

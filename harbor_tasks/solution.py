@@ -1,5 +1,5 @@
-"""A task's reference solution (solution/solve.sh) as the commands an agent would send: one per complete line, else
-one heredoc. Runs in: any Python >= 3.11 with bash on PATH; the scripted teacher and the oracle episodes use it.
+"""A task's reference solution (solve.sh) as the commands an agent would send: one per complete line, else a heredoc.
+Runs in: any Python >= 3.11 with bash on PATH; the scripted teacher and the oracle episodes send these.
 """
 
 from __future__ import annotations

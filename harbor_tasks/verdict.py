@@ -237,7 +237,8 @@ def judge_verifier_run(reward_json: str | None, reward_txt: str | None, output: 
     - timed out: an agent failure (Harbor's VerifierTimeoutError; a partial reward does not count);
     - a reward that passes stands; one that does not, or no reward, is diagnosed (diagnose): an infrastructure
       failure where the run measured the environment;
-    - otherwise scored with its reward, or an agent failure (0) when it wrote none (Harbor's RewardFileNotFoundError)."""
+    - otherwise scored with its reward, or an agent failure (0) when it wrote none (Harbor's
+      RewardFileNotFoundError)."""
     if timed_out:
         return Verdict(AGENT_FAILURE, None, None, "the verifier ran past its timeout")
     reward = reward_of(reward_json, reward_txt)

@@ -113,7 +113,7 @@ def _third_party_at_import(module: str) -> set[str]:
     for current in {module} | _loads_at_import(module):
         for name, _, in_function in _imports(current):
             top = name.split(".")[0]
-            if not in_function and _resolve(name) is None and top not in sys.stdlib_module_names and top != "__future__":
+            if not in_function and _resolve(name) is None and top not in (*sys.stdlib_module_names, "__future__"):
                 names.add(top)
     return names
 

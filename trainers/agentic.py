@@ -1,10 +1,8 @@
-"""What agentic GRPO trains on: Harbor task folders as prompt rows for TRL, and the reward that runs their tests.
+"""What agentic GRPO trains on: task folders as TRL prompt rows, episodes as its environments, their tests as reward.
+Runs in: the training venv, in the trainer's processes; `python -m trainers.agentic prepare CONFIG` for launchers.
 
-Runs in: the training venv (Python 3.11). The harness is a bash tool (episodes/local.py; its definition, shared
-with the eval agent harbor_plugins/bash_tool_agent.py, is common/bash_harness.py): the prompt is the task's
-instruction plus one line on how to act, the policy calls `bash` as a Qwen3-style tool call, and the episode ends
-when it answers without one (or at `max_tool_calling_iterations`). Episodes run in local sandboxes of the trainer's
-node, or, with `sandbox_urls`, on episode servers (episodes/: CPU nodes of their own).
+The harness is the bash tool (common/bash_harness.py, shared with the eval agent); episodes run in local sandboxes
+(episodes.local) or, with `sandbox_urls`, on episode servers (episodes.remote). docs/agentic-grpo.md has the rest.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
-"""Look at a corpus before training on it.
+"""The corpus CLI: look at a corpus before training on it, and prepare it into the cache a run will find.
+Runs in: the training venv, on any CPU machine (the model's tokenizer, no GPU).
 
     python -m trainers.data inspect PATH... [--strict] [--json] [--max_length N] [--model_name_or_path M]
     python -m trainers.data render PATH --index I [--json] [--model_name_or_path M]
     python -m trainers.data decontaminate CORPUS... --against SUITE... [--n 13] [--json]
     python -m trainers.data prepare [--config configs/sft/X.yaml] [--num_proc N] [--json] [--key value ...]
-
-`inspect` validates every record (each problem as `file:line: reason`), and with the model's tokenizer shows
-token lengths, what `--max_length` would truncate or drop under `--truncation`, and how well BFD packing and
-plain padding would fill batches. `--strict` exits 1 when any record is invalid. `render` shows one record
-as the model sees it, each token marked trained or not; `--json` prints `{"tokens": [{"text", "trained"}]}`.
-GRPO prompt rows (format `grpo`) are validated as recipes/grpo.py reads them; `inspect` shows their prompt
-lengths (with the generation prompt) and `render` their prompt, of which nothing is trained.
-`decontaminate` reports the records that share a 13-word n-gram with an eval task (`--against builtin:terminal`,
-a folder of Harbor tasks, or one task folder): contaminated when the n-gram is specific to one task, template
-overlap (not contamination) when it is shared by 2+ tasks of the suite or, for a generated task, by 2+ reference
-instances of its family (chat_corpus/decontaminate.py). It exits 0
-whatever it finds: it is a report; the SFT config key `decontaminate_against` drops what it calls contaminated.
-`prepare` reads a recipe config as `recipes/sft.py` does (its data keys, `max_length`, the model's tokenizer;
-`--key value` overrides) and prepares the corpus into the cache the run will find (chat_corpus/cache.py):
-tokenized by `--num_proc` processes (default: the config's `dataset_num_proc`), on any CPU machine, before a
-cluster run, so that no rank of the run waits for it. A second `prepare`, or the run, is a cache hit.
+What each reports and how: docs/formats.md (inspect, render, decontaminate), docs/scaling.md (prepare).
 """
 
 from __future__ import annotations

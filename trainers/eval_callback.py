@@ -1,22 +1,8 @@
-"""Evaluate every checkpoint as it is saved and log the scores into the training run (W&B) at its step.
+"""Evaluate every checkpoint as it is saved, step 0 included, and log the scores into the training run at its step.
+Runs in: the trainer's main process (training venv); evals run inline, as a detached `python -m eval.run`, or on SLURM.
 
-Modes: `inline` blocks training while the main process evaluates (the embedded default); `subprocess` starts
-`python -m eval.run` detached and logs its results into the run when it finishes (polled at each logging step
-and at the end); `slurm` submits `launch/slurm/eval.sbatch` per checkpoint and picks up its eval_results file the
-same way. A failed eval is reported and logged as `eval/<suite>/failed`; it never stops training.
-
-Step 0: with the Trainer's own `eval_on_start: true` (TrainingArguments/SFTConfig/GRPOConfig) and a run that starts
-at global step 0 (not a resume), `on_train_begin` saves the model before training and its tokenizer into
-`output_dir/checkpoint-0` and evaluates it like any saved checkpoint (the same `evaluate_checkpoint`), so the
-learning curve in W&B and in `python -m eval.compare` starts at step 0. A PEFT model saves its adapter there
-(adapter_config.json, no config.json), which eval/serve.py serves on its base model. checkpoint-0 has no
-trainer_state.json: `common.checkpoints.last_complete_checkpoint` never resumes from it, and its step is its name's
-(`common.checkpoints.global_step`). Under DeepSpeed ZeRO-3 the weights are partitioned across ranks and step 0 is
-skipped (a printed line says how to evaluate the base model by hand). HF's `save_total_limit` rotation deletes the
-oldest checkpoints first, checkpoint-0 and its eval_results*.json included: a run that wants the whole curve leaves
-`save_total_limit` unset. `eval_on_start` also makes the Trainer compute the eval loss before the first step,
-which raises "Trainer: evaluation requires an eval_dataset." when the run has no eval split (checkpoint-0 is saved
-and its evals started first; then training stops): use it with an eval split.
+Modes (`eval_mode`: inline, subprocess, slurm), step 0 (`eval_on_start`), what a failed eval logs:
+docs/evaluation.md ("Every checkpoint, in the training run").
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Config parsing for the recipes: TRL's parser, an embedded default config, and one clear line on user errors."""
+"""Config parsing for the recipes: TRL's parser, an embedded default config, and one clear line on user errors.
+Runs in: the training venv, in every recipe; `python -m trainers.recipe_config CONFIG KEY` prints one key (launchers).
+"""
 
 from __future__ import annotations
 

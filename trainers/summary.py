@@ -1,4 +1,6 @@
-"""The short report every SFT and GRPO run ends with: printed, written to run_summary.json and the W&B run summary."""
+"""The short report every SFT and GRPO run ends with: printed, written to run_summary.json and the W&B run summary.
+Runs in: the training venv, on the main process at the end of a recipe.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Counts what training actually computes: trained tokens, real tokens and padded positions per batch.
+Runs in: the trainer's processes (training venv); `CountingSFTTrainer` is TRL's SFTTrainer with the counts.
 
-`CountingSFTTrainer` counts every micro-batch that reaches `training_step` (training only: evaluation batches
-and the batches a resumed run skips are not counted). Padding efficiency is real / padded. Counts are per
-process; `totals` sums them over processes.
+Every micro-batch that reaches `training_step` is counted (not evaluation batches, nor those a resumed run skips);
+padding efficiency is real / padded; counts are per process and `totals` sums them over processes.
 """
 
 from __future__ import annotations

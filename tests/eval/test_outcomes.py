@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from eval import metrics as M, preflight
+from eval import metrics as M
+from eval import preflight
 from eval.results import summary_line
 from eval.settings import EvalSettings, recipe_fields
 from eval.wandb_log import eval_payload
-from sandbox import NetworkNeededError, VerifierToolsMissingError
 from harbor_tasks import verdict as outcomes
 from harbor_tasks.verdict import diagnose, missing_tools, reward_of
+from sandbox import NetworkNeededError, VerifierToolsMissingError
 
 REPO = Path(__file__).resolve().parents[2]
 TB2 = REPO / "tests" / "fixtures" / "tb2_shaped"

@@ -34,7 +34,8 @@ def test_one_definition_of_a_task(tmp_path):
 def test_what_task_toml_says(tmp_path):
     task = TaskFolder.of(HELLO)
     assert task.name == "hello-world" and task.instruction.startswith("Create a file called /app/hello.txt")
-    assert (task.verifier_timeout_sec, task.agent_timeout_sec, task.memory_mb, task.storage_mb) == (60.0, 60.0, 1024, 512)
+    limits = (task.verifier_timeout_sec, task.agent_timeout_sec, task.memory_mb, task.storage_mb)
+    assert limits == (60.0, 60.0, 1024, 512)
     assert task.single_step_runnable and task.steps == [] and task.test_scripts() == [HELLO / "tests" / "test.sh"]
     assert task.solution_script.startswith("#!/bin/bash") and task.family is None and task.seed is None
     # Harbor's network rule: network_mode, else allow_internet, default allowed; declared only when said so
@@ -75,8 +76,10 @@ def test_suites_resolve_with_one_line_errors(tmp_path):
     folder, tasks = local_suite("builtin:terminal")
     assert folder == BUILTIN_SUITES["builtin:terminal"] and len(tasks) == 10
     assert local_suite(str(HELLO)) == (HELLO, [HELLO])
-    for suite, message in [("builtin:nope", "unknown built-in suite"), ("terminal-bench@2.0", "cannot be read offline"),
-                           (str(tmp_path / "missing"), "no such file or directory"), (str(tmp_path), "no Harbor tasks")]:
+    for suite, message in [("builtin:nope", "unknown built-in suite"),
+                           ("terminal-bench@2.0", "cannot be read offline"),
+                           (str(tmp_path / "missing"), "no such file or directory"),
+                           (str(tmp_path), "no Harbor tasks")]:
         with pytest.raises(SuiteError, match=message):
             local_suite(suite)
 

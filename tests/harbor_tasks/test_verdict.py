@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run
 
-from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_failure, episode_reward, episode_verdict
+from episodes.local import (
+    EpisodeLimits,
+    EpisodeStats,
+    TaskEnvironment,
+    episode_failure,
+    episode_reward,
+    episode_verdict,
+)
 from eval import metrics
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@ its nodes and starts the right commands under a stand-in SLURM (srun, scontrol a
 log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check answered yes)."""
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -112,3 +113,13 @@ def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nod
 def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):
     run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2")
     assert run.returncode == 2 and "need at least 3 nodes" in run.stderr and steps == {}
+
+
+def test_launchers_call_modules_and_carry_no_python():
+    """No program inside a launcher: a script calls `python -m MODULE`, never Python in a heredoc or `-c`."""
+    inline = re.compile(r"python3?\s+(-\s|-c\b|-\s*<<)")
+    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+             for path in sorted((REPO / "launch").rglob("*")) if path.is_file()
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if inline.search(line)]
+    assert not found, "\n".join(found)
