@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
+from rewards import CLOSE_SESSION, HEALTH, METRICS, SEED_SESSION, VERIFY
 from rewards.config import ServerConfig
 from rewards.connections import ConnectionGuard, default_max_connections
 from rewards.environments import AGENT_NAMES, ENVIRONMENTS, Environment
@@ -26,7 +27,7 @@ from rewards.metrics import Metrics
 
 logger = logging.getLogger("rewards")
 
-ENDPOINTS = {"/verify", "/seed_session", "/close_session", "/health", "/metrics"}
+ENDPOINTS = {VERIFY, SEED_SESSION, CLOSE_SESSION, HEALTH, METRICS}
 
 # JSON in and out (JSONOut, error, parse_body) and the guard (body size, bearer token, timing): common/asgi.py
 
@@ -95,18 +96,18 @@ def create_app(config: ServerConfig) -> FastAPI:
                                     f"{', '.join(accepted)}")
         return environments[AGENT_NAMES[name]], None
 
-    @app.get("/health")
+    @app.get(HEALTH)
     async def health():
         return JSONOut({"status": "ok", "environments": list(environments),
                         "judge": judge.url is not None, "verify_timeout": config.verify_timeout})
 
-    @app.get("/metrics")
+    @app.get(METRICS)
     async def get_metrics():
         return JSONOut({**metrics.snapshot(judge), "connections": {
             **connections.counts, "max_connections": connections.max_connections,
             "read_timeout": connections.read_timeout}})
 
-    @app.post("/seed_session")
+    @app.post(SEED_SESSION)
     async def seed_session(request: Request):
         body, problem = parse_body(await request.body())
         if problem is not None:
@@ -114,12 +115,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         session = body.get("resources_session_id")
         return JSONOut({"resources_session_id": session} if session is not None else {})
 
-    @app.post("/close_session")
+    @app.post(CLOSE_SESSION)
     async def close_session(request: Request):
         body, problem = parse_body(await request.body())
         return problem if problem is not None else JSONOut({})
 
-    @app.post("/verify")
+    @app.post(VERIFY)
     async def verify(request: Request):
         body, problem = parse_body(await request.body())
         if problem is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from common.errors import UserError
+from rewards import HEALTH, VERIFY
 from rewards.protocol import make_response
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -137,7 +138,7 @@ class RewardClient:
         """(the server's verify_timeout, whether it calls a judge) from GET /health, (None, True) when it does not
         say; None when the server did not answer."""
         try:
-            reply = await self._client().get(f"{url}/health", timeout=10)
+            reply = await self._client().get(f"{url}{HEALTH}", timeout=10)
         except httpx.HTTPError:
             return None
         try:
@@ -158,7 +159,7 @@ class RewardClient:
                 await asyncio.sleep(random.uniform(0, delay))
                 url = self._pick_url()
             try:
-                reply = await self._client().post(f"{url}/verify", json=body, timeout=await self.timeout_for(url))
+                reply = await self._client().post(f"{url}{VERIFY}", json=body, timeout=await self.timeout_for(url))
             except httpx.HTTPError as err:  # connection refused or dropped, timeouts
                 error = f"{url}/verify: {type(err).__name__}: {err}"
                 continue

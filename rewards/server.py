@@ -14,6 +14,7 @@ import os
 import sys
 
 from common.errors import ConfigError
+from rewards import TOKEN_ENV
 from rewards.config import ServerConfig, load_config
 from rewards.environments import ENVIRONMENTS
 
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify_timeout", type=float, help=(
         "seconds per /verify, end to end: judge slot waits, attempts, retries and backoff; past it the sample "
         "is masked, failure_kind judge_failed (default 180)"))
-    p.add_argument("--auth_token", help="require 'Authorization: Bearer TOKEN' (default: $REWARD_SERVER_TOKEN)")
+    p.add_argument("--auth_token", help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV})")
     p.add_argument("--max_body_bytes", type=int, help="largest request body accepted (default 32 MiB)")
     p.add_argument("--read_timeout", type=float, help=(
         "seconds a client has to send a whole request, headers and body; then it is closed (default 30)"))
@@ -69,7 +70,7 @@ def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
         "judge.api_key": args.judge_api_key or os.environ.get("JUDGE_API_KEY"),
         "judge.max_concurrency": args.judge_max_concurrency, "judge.timeout": args.judge_timeout,
         "judge.retries": args.judge_retries, "verify_timeout": args.verify_timeout,
-        "auth_token": args.auth_token or os.environ.get("REWARD_SERVER_TOKEN"),
+        "auth_token": args.auth_token or os.environ.get(TOKEN_ENV),
         "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
         "read_timeout": args.read_timeout, "max_connections": args.max_connections,
     }
