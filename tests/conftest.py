@@ -28,6 +28,18 @@ def corpus_cache_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_wandb_service_left_behind():
+    """A test that starts W&B in the pytest process must tear its service down: W&B exports $WANDB_SERVICE, and
+    every recipe a later test launches would log into that one service instead of its own run."""
+    yield
+    if "WANDB_SERVICE" in os.environ:
+        import wandb
+
+        wandb.teardown()
+        pytest.fail("W&B's service was left running ($WANDB_SERVICE set): call wandb.teardown() after wandb.finish()")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
     from modeling.tiny_model import resolve_model

@@ -57,7 +57,7 @@ class AgenticTaskArguments:
         "help": "bearer token of the episode servers (default: $EPISODE_SERVER_TOKEN)"})
     sandbox_start_timeout: float = field(default=300.0, metadata={
         "help": "seconds an episode may wait for a remote sandbox (servers at capacity included); then the "
-                "episode is not scored (sandbox_start)"})
+                "episode is not scored (kind sandbox)"})
     sandbox_retries: int = field(default=3, metadata={
         "help": "retries of a remote call that failed on the network or with a 5xx (bash only when the request "
                 "never reached the server)"})

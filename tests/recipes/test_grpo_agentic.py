@@ -84,6 +84,7 @@ def test_the_agentic_summary_goes_into_an_active_wandb_run(tmp_path):
         assert wandb.run.summary["data/episodes"] == 8
     finally:
         wandb.finish()
+        wandb.teardown()  # else its service stays up and $WANDB_SERVICE sends every later run of the suite to it
     assert json.loads((tmp_path / "out" / "run_summary.json").read_text())["episodes"] == 8
 
 
