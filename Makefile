@@ -10,6 +10,9 @@ PY     := $(VENV)/bin/python
 ACCELERATE_CONFIG ?= configs/accelerate/cpu.yaml
 ARGS ?=
 PYTEST_ARGS ?=
+# the suite in 2 worker processes (pytest-xdist), a test module per worker at a time (its module fixtures run once):
+# half its time is spent waiting (servers, sandboxes, Harbor), so 2 workers on 2 cores halve it
+PYTEST_WORKERS ?= -n 2 --dist loadscope
 # torch==2.13.0 is the CPU build where there is no GPU, so pip never resolves a multi-GB CUDA build here.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
@@ -40,10 +43,10 @@ grpo-agentic: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/grpo_agentic.py $(ARGS)
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/sft_throughput.py
