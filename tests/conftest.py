@@ -17,6 +17,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one thread per worker (2 workers, 2 cores); torch's default,
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # a thread per core in each spins them against each other
+
+
+def pytest_collection_modifyitems(items):
+    """The modules holding slow tests first (stable otherwise): under `make test`'s workers the long runs start at
+    once and the short tests fill in around them, instead of one long module running alone at the end."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
