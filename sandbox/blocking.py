@@ -84,6 +84,9 @@ class BlockingSandbox:
     def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
         return self._call(self._on_loop(self.sandbox.names_asked, since, commands_only, until))
 
+    def asked_count(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> int:
+        return self._call(self._on_loop(self.sandbox.asked_count, since, commands_only, until))
+
     def queries(self, since: int = 0) -> list[dict]:
         return self._call(self._on_loop(self.sandbox.queries, since))
 

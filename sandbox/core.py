@@ -27,6 +27,7 @@ from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
+from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
 from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
 
@@ -101,8 +102,8 @@ class Sandbox:
         self._running: set[asyncio.subprocess.Process] = set()
         self._init_start: str | None = None
         self._report_r: int | None = None
-        self._report_buf = b""
-        self._queries: list[dict] = []
+        self._reading: asyncio.AbstractEventLoop | None = None
+        self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> Sandbox:
@@ -126,50 +127,46 @@ class Sandbox:
     def network_mark(self) -> int:
         """A mark for ``names_asked(since=...)``: the number of DNS queries recorded so far."""
         self._drain_reports()
-        return len(self._queries)
+        return self._asked.mark()
 
     def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
         """The host names asked of the sandbox's resolver between the marks ``since`` and ``until`` (``network_mark``;
-        default: now), first-asked first, each once. ``commands_only``: only those asked by a process descending
-        from a command that was running then (not by an orphan, e.g. a daemon an earlier command left behind)."""
+        default: now), first-asked first, each once (at most 64 per span between two marks and kind of asker).
+        ``commands_only``: only those asked by a process descending from a command that was running then (not by
+        an orphan, e.g. a daemon an earlier command left behind)."""
         self._drain_reports()
-        names: list[str] = []
-        for q in self._queries[since:until]:
-            labels = str(q.get("name") or "").split(".")
-            while labels and labels[0].startswith("_"):  # an SRV look-up (_http._tcp.deb.debian.org): the host's
-                labels.pop(0)
-            name = ".".join(labels)
-            if (commands_only and q.get("orphan")) or not name or name in names:
-                continue
-            names.append(name)
-        return names
+        return self._asked.names(since, commands_only, until)
+
+    def asked_count(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> int:
+        """How many DNS queries came between the marks ``since`` and ``until`` (every one is counted)."""
+        self._drain_reports()
+        return self._asked.count(since, commands_only, until)
 
     def queries(self, since: int = 0) -> list[dict]:
-        """The DNS queries recorded since ``since``: ``{"name", "type", "comm", "orphan"}`` each."""
+        """The distinct DNS queries recorded since ``since``: ``{"name", "type", "comm", "orphan", "count"}`` each."""
         self._drain_reports()
-        return [dict(q) for q in self._queries[since:]]
+        return self._asked.records(since)
 
     def _drain_reports(self) -> None:
+        """Read PID 1's report pipe (also called by the event loop whenever it is readable, so it never fills)."""
         if self._report_r is None:
             return
         while True:
             try:
                 chunk = os.read(self._report_r, 1 << 16)
             except BlockingIOError:
-                break
+                return
             except OSError:
                 chunk = b""
-            if not chunk:
-                break
-            self._report_buf += chunk
-        *lines, self._report_buf = self._report_buf.split(b"\n")
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and len(self._queries) < 10000:
-                self._queries.append(record)
+            if not chunk:  # PID 1 is gone: nothing more will come
+                self._stop_reading()
+                return
+            self._asked.feed(chunk)
+
+    def _stop_reading(self) -> None:
+        if self._reading is not None and self._report_r is not None:
+            self._reading.remove_reader(self._report_r)
+        self._reading = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -211,6 +208,7 @@ class Sandbox:
             self._net_proc = None
         if self._report_r is not None:
             self._drain_reports()
+            self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
         if self._init_pid:
@@ -282,6 +280,9 @@ class Sandbox:
             except asyncio.TimeoutError:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
+        if report_r is not None:  # read the records as they come: a full pipe would lose them
+            self._reading = asyncio.get_running_loop()
+            self._reading.add_reader(report_r, self._drain_reports)
         self._init_pid = find_child_pid(self._proc.pid)
         self._init_start = _start_time(self._init_pid)
         if cfg.network != "none":

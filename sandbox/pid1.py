@@ -318,7 +318,7 @@ def build_root(cfg: dict) -> None:
 # Hand-written rather than dnsmasq & co: they log names but not which process asked, and the verifier/agent
 # split needs the asker; and a parser in Python is a smaller thing to expose to the task's packets than C as root.
 DNS_REFUSED = 5
-MAX_REPORTS = 2000  # names reported per sandbox; later queries are still answered
+MAX_NAME = 253  # a DNS name's longest form: a record stays one atomic pipe write (PIPE_BUF)
 
 
 def dns_question(data: bytes) -> tuple[bytes, str, int] | None:
@@ -417,15 +417,17 @@ def answer_dns(sock: socket.socket, report_fd: int, state: dict) -> None:
     if q is None:
         return
     reply, name, qtype = q
-    if state["reported"] < MAX_REPORTS and report_fd >= 0:
-        state["reported"] += 1
+    if report_fd >= 0:  # every query, no cap: the owner reads as they come and keeps counts and a bounded set
         pid = _socket_owner(addr[1])
         comm, orphan = _lineage(pid) if pid else ("?", True)
-        line = json.dumps({"name": name, "type": qtype, "comm": comm, "orphan": orphan}) + "\n"
+        record = {"name": name[:MAX_NAME], "type": qtype, "comm": comm[:16], "orphan": orphan}
+        if state["lost"]:
+            record["lost"] = state["lost"]
         try:
-            os.write(report_fd, line.encode())  # before the answer: the asker is still waiting, its command running
-        except OSError:  # a full pipe (the owner is not reading): the record is lost, the answer is not
-            pass
+            os.write(report_fd, (json.dumps(record) + "\n").encode())  # before the answer: its asker still runs
+            state["lost"] = 0
+        except OSError:  # a full pipe (the owner is not reading): counted, and told with the next record
+            state["lost"] += 1
     try:
         sock.sendto(reply, addr)
     except OSError:
@@ -459,7 +461,7 @@ def main() -> int:
     report_fd = int(cfg.get("report_fd", -1))
     if report_fd >= 0:
         os.set_blocking(report_fd, False)
-    dns_state = {"reported": 0}
+    dns_state = {"lost": 0}
     # From here on this process (host root in root mode) lives in the sandbox's tree, which the task
     # can write: it must never import or load anything again (no path-based imports, exit with _exit).
     sys.path[:] = []

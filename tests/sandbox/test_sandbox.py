@@ -832,6 +832,40 @@ def test_the_resolver_answers_no_name_and_records_who_asked():
     assert (Path("/etc/resolv.conf").read_bytes() if Path("/etc/resolv.conf").exists() else None) == host_resolv
 
 
+# asks the sandbox's resolver for N names (one socket, each query answered before the next), as an offline
+# `apt-get install` does with its retries across mirrors
+ASK_NAMES = """
+import socket, struct, sys
+n, stem = int(sys.argv[1]), sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+for i in range(n):
+    labels = f"{stem}{i % 50}.example".encode().split(b".")
+    q = struct.pack(">HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(x)]) + x for x in labels)
+    q += b"\\0" + struct.pack(">HH", 1, 1)
+    s.sendto(q, ("127.0.0.1", 53))
+    s.recvfrom(512)
+print("asked", n)
+"""
+
+
+@needs_namespaces
+def test_the_resolver_still_records_the_verifier_after_thousands_of_queries():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        # the build or the agent asks more names than any fixed cap of records (2,000 used to be PID 1's) ...
+        r = sb.exec(f"python3 -c {shlex.quote(ASK_NAMES)} 2500 mirror", timeout_sec=120)
+        assert r.stdout == "asked 2500\n", r
+        mark = sb.network_mark()
+        # ... and the verifier's download after it is still seen: its names make its failure a network one
+        sb.exec("getent hosts astral.sh")
+        assert sb.names_asked(mark, commands_only=True) == ["astral.sh"]
+        assert sb.names_asked(0, until=mark) == [f"mirror{i}.example" for i in range(50)]  # distinct, first-asked
+        assert sb.asked_count(0, until=mark, commands_only=True) == 2500  # counted, every one
+        assert sb.asked_count(mark) >= 1
+
+
 @needs_namespaces
 def test_build_failures_are_named(tmp_path):
     from sandbox import BlockingSandbox, EnvironmentBuildError, NetworkNeededError, SandboxConfig
