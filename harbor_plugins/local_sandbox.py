@@ -165,10 +165,15 @@ class LocalSandboxEnvironment(BaseEnvironment):
         sandbox = self._running()
         verifying = self._is_verifier_run(command)
         mark = sandbox.network_mark()
-        res = await sandbox.exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
-                                 user=self._resolve_user(user))
-        if verifying:
-            await self._check_verifier_run(sandbox, mark)
+        try:
+            res = await sandbox.exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
+                                     user=self._resolve_user(user))
+            if verifying:
+                await self._check_verifier_run(sandbox, mark)
+        except Exception as err:
+            if verifying:  # Harbor downloads /logs/verifier only after a run that did not raise
+                await self._keep_verifier_files(sandbox, err)
+            raise
         return ExecResult(stdout=res.stdout or None, stderr=res.stderr or None, return_code=res.return_code)
 
     async def upload_file(self, source_path: Path | str, target_path: str):
@@ -192,6 +197,19 @@ class LocalSandboxEnvironment(BaseEnvironment):
         """Harbor's verifier runs ``(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1``."""
         out = str(EnvironmentPaths.verifier_dir / self.trial_paths.test_stdout_path.name)
         return command.rstrip().endswith((f"> {out} 2>&1", f"> {shlex.quote(out)} 2>&1"))
+
+    async def _keep_verifier_files(self, sandbox: Sandbox, err: Exception) -> None:
+        """Copy the verifier's folder (reward files, its whole output) into the trial, as Harbor does after a run that
+        did not raise, and say so in ``err``'s message (it carries only the output's end)."""
+        target = self.trial_paths.verifier_dir
+        try:
+            await asyncio.wait_for(sandbox.download_dir(str(EnvironmentPaths.verifier_dir), target), timeout=120)
+        except Exception as exc:  # noqa: BLE001 - the verifier's failure is what the trial reports
+            self.logger.warning(f"local sandbox: the verifier's files could not be kept in the trial: {exc}")
+            return
+        if len(err.args) == 1 and isinstance(err.args[0], str):
+            err.args = (f"{err.args[0]}\n(the verifier's files are kept in the trial: "
+                        f"{target.name}/{self.trial_paths.test_stdout_path.name} holds its whole output)",)
 
     async def _check_verifier_run(self, sandbox: Sandbox, mark: int) -> None:
         """Raise the infrastructure failure behind a verifier run (harbor_tasks.verdict.judge_verifier_run, the
