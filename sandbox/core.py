@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
 from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
+from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
+from sandbox.storage import Disk, make_disk
+from sandbox.storage import unavailable as disk_unavailable
 from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
 
 INIT = Path(__file__).with_name("pid1.py")
@@ -105,6 +109,7 @@ class Sandbox:
         self._reading: asyncio.AbstractEventLoop | None = None
         self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
+        self._disk: Disk | None = None
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -199,6 +204,9 @@ class Sandbox:
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
+        if self._disk is not None:  # not yet mounted (a failed start): the loop device clears itself now
+            self._disk.close()
+            self._disk = None
         if self._net_proc is not None:
             killpg(self._net_proc.pid)
             try:
@@ -241,8 +249,11 @@ class Sandbox:
             except OSError:
                 pass
         self._report_r = report_r
+        self._disk = await self._storage_disk()
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
+            "disk": self._disk.device if self._disk else None,
+            "disk_options": DISK_MOUNT_OPTIONS,
             "hide": [] if cfg.rootfs else self._hidden_paths(),
             "expose": cfg.expose,
             "wall_sec": cfg.wall_sec,
@@ -280,6 +291,9 @@ class Sandbox:
             except asyncio.TimeoutError:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
+        if self._disk is not None:  # mounted in the sandbox's namespace, which holds it from now on
+            self._disk.close()
+            self._disk = None
         if report_r is not None:  # read the records as they come: a full pipe would lose them
             self._reading = asyncio.get_running_loop()
             self._reading.add_reader(report_r, self._drain_reports)
@@ -290,6 +304,22 @@ class Sandbox:
         self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode "
                           f"{'userns' if self._userns else 'root'}, network {cfg.network}"
                           + (f", rootfs {cfg.rootfs}" if cfg.rootfs else ""))
+
+    async def _storage_disk(self) -> Disk | None:
+        """The disk-backed root (sandbox/storage.py) where ``storage_mb`` exceeds what the tmpfs may hold (memory),
+        else None; where none can be had the root stays a tmpfs, with a warning."""
+        cfg = self.config
+        if cfg.storage_mb <= cfg.tmpfs_budget_mb():
+            return None
+        reason = "a user namespace cannot mount a file system image" if self._userns else disk_unavailable()
+        if reason is None:
+            try:
+                return await make_disk(str(cfg.disk_dir or tempfile.gettempdir()), cfg.storage_mb)
+            except OSError as exc:
+                reason = str(exc)
+        self.logger.warning(f"local sandbox: storage_mb={cfg.storage_mb} is not honoured: {reason}; every write "
+                            f"shares a tmpfs of {cfg.tmpfs_budget_mb()} MiB (7/8 of memory_mb)")
+        return None
 
     async def _attach_network(self) -> None:
         """Start pasta or slirp4netns on the sandbox's network namespace and wait for its default route. The

@@ -230,7 +230,11 @@ def build_root(cfg: dict) -> None:
     exposed = _open_exposed(cfg.get("expose") or [])
     rootfs_fd = os.open(cfg["rootfs"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if cfg.get("rootfs") else None
     stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
-    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
+    disk = cfg.get("disk")  # storage past memory: an ext4 on a loop device (sandbox/storage.py) instead
+    if disk:
+        mount(disk, stage, "ext4", MS_NOSUID | MS_NODEV, cfg.get("disk_options") or None)
+    else:
+        mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
     for d in ("u", "w", "root"):
         os.mkdir(f"{stage}/{d}", 0o755)
     root = f"{stage}/root"
@@ -294,6 +298,11 @@ def build_root(cfg: dict) -> None:
         if os.path.islink(p(rel)):
             continue
         ensure_dir(p(rel))
+        if disk and key != "run":  # on the disk, as in a container's writable layer
+            os.mkdir(f"{stage}/{key}")
+            os.chmod(f"{stage}/{key}", int(mode, 8))
+            mount(f"{stage}/{key}", p(rel), None, MS_BIND)
+            continue
         mount("tmpfs", p(rel), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(sizes.get(key) or 64)}m,mode={mode}")
     # hidden host paths (task sources with their solutions, the jobs dir, ...)
     for rel in cfg.get("hide") or []:

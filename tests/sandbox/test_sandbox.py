@@ -650,7 +650,8 @@ def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
 
     from sandbox import BlockingSandbox, SandboxConfig
 
-    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=2048, max_processes=32)) as sb:
+    # storage_mb within 7/8 of memory_mb: the tmpfs root (past it the root would be on disk)
+    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=56, max_processes=32)) as sb:
         # tmpfs pages count against the cgroup's 64 MiB: the writer fails or is OOM-killed, PID 1 is not
         sb.exec("head -c 300M /dev/zero > /tmp/fill; head -c 300M /dev/zero > /app/fill")
         sb.exec("rm -f /tmp/fill /app/fill")
@@ -673,6 +674,72 @@ def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
         assert r.return_code != 0 and "sandbox died" in r.stderr, r
         r = sb.exec("echo later")
         assert r.return_code != 0 and "sandbox died" in r.stderr, r
+
+
+def _loops_backed_in(folder: Path) -> list[str]:
+    """The loop devices whose backing file lies in ``folder`` (a sandbox's disk-backed root)."""
+    out = []
+    for f in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if f.read_text().startswith(str(folder) + "/"):
+                out.append(f.parent.parent.name)
+        except OSError:
+            continue
+    return out
+
+
+def _wait_until_no_loops_in(folder: Path) -> list[str]:
+    for _ in range(500):  # the namespace's mounts go with its last process, the loop device with its mount
+        if not _loops_backed_in(folder):
+            break
+        time.sleep(0.02)
+    return _loops_backed_in(folder)
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists(),
+                    reason="a disk-backed root needs root and loop devices")
+def test_storage_beyond_memory_is_on_disk_and_bounded_by_storage_mb(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    # a tmpfs would hold about 40 MiB of these 96 (memory), as the 840 MB root of a 10G task did; dpkg ran out
+    cfg = SandboxConfig(memory_mb=96, storage_mb=256, max_processes=32, disk_dir=tmp_path)
+    with BlockingSandbox(cfg) as sb:
+        r = sb.exec("head -c 150M /dev/zero > /app/big && head -c 20M /dev/zero > /usr/local/big "
+                    "&& head -c 20M /dev/zero > /tmp/big && head -c 10M /dev/zero > /var/tmp/big && echo ok")
+        assert (r.return_code, r.stdout) == (0, "ok\n"), r  # past memory: the writable layers are on disk
+        assert _loops_backed_in(tmp_path), "no disk-backed root"
+        r = sb.exec("head -c 200M /dev/zero > /root/more; echo rc=$?; "
+                    "du -cm /app/big /usr/local/big /tmp/big /var/tmp/big /root/more | tail -1")
+        assert "No space left on device" in r.stderr and "rc=1" in r.stdout, r  # ... and storage_mb bounds them
+        assert 200 < int(r.stdout.split()[-2]) <= 256, r
+        assert sb.exec("echo alive").stdout == "alive\n"
+        assert not list(tmp_path.iterdir())  # the image file has no name on the host
+    assert _wait_until_no_loops_in(tmp_path) == []  # freed at stop
+
+
+DISK_LIFELINE = textwrap.dedent(
+    """
+    import os, sys
+    from sandbox import BlockingSandbox, SandboxConfig
+    sb = BlockingSandbox(SandboxConfig(memory_mb=96, storage_mb=256, max_processes=32, disk_dir=sys.argv[1]))
+    sb.start()
+    print(sb.exec("head -c 100M /dev/zero > /app/big && echo wrote").stdout.strip(), sb.sandbox.init_pid, flush=True)
+    os.kill(os.getpid(), 9)  # dies without close()
+    """
+)
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists(),
+                    reason="a disk-backed root needs root and loop devices")
+def test_a_disk_backed_root_is_freed_when_its_process_is_killed(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", DISK_LIFELINE, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -9 and proc.stdout.split()[0] == "wrote", proc.stderr[-3000:]
+    init_pid = int(proc.stdout.split()[-1])
+    assert _wait_until_no_loops_in(tmp_path) == []  # the lifeline closed, PID 1 and its mounts went, and the disk
+    assert not Path(f"/proc/{init_pid}").exists() and not list(tmp_path.iterdir())
 
 
 SYSCALL_PROBE = r"""
