@@ -409,7 +409,7 @@ class Sandbox:
             raise SandboxError("the sandbox is not running (call start() first)")
 
         def run() -> None:
-            root = transfer.open_root(self._init_pid, self._init_start)
+            root = transfer.open_root(self._init_pid, self._alive)
             try:
                 move(root, *args)
             finally:

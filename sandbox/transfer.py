@@ -47,24 +47,20 @@ def in_root(root: int, path: str, flags: int = os.O_PATH) -> int:
     return _openat2(root, path, flags, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
 
 
-def open_root(pid: int, start_time: str | None) -> int:
-    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid`` (started at ``start_time``, field 22 of
-    its stat): taken through ``/proc/<pid>`` opened once, so a reused pid can never hand out another root."""
+def open_root(pid: int, alive: Callable[[], bool]) -> int:
+    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid``. ``alive`` says whether that PID 1 (held by
+    what cannot be reused: its start time, a pidfd) still runs; asked once ``/proc/<pid>`` is open, a yes means that
+    folder is PID 1's and no reused pid can hand out another root (the host's)."""
     gone = SandboxError("the sandbox is not running (its PID 1 is gone)")
     try:
         proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise gone from None
     try:
-        stat_fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
-        try:
-            fields = os.read(stat_fd, 4096).rsplit(b")", 1)[1].split()
-        finally:
-            os.close(stat_fd)
-        if len(fields) < 20 or fields[0] in (b"Z", b"X") or fields[19].decode() != start_time:
+        if not alive():
             raise gone
         return os.open("root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
-    except OSError:
+    except OSError:  # it ended since: the folder of a dead process leads nowhere
         raise gone from None
     finally:
         os.close(proc)
