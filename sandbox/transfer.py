@@ -153,12 +153,16 @@ class _Budget:
                                "(max_download_bytes, each entry counting 512)")
 
 
+class _TooBig(OSError):
+    """One file grew past max_download_bytes while it was copied (an OSError: in a folder, that file is skipped)."""
+
+
 def _copy_fd(src: int, dst: int, budget: _Budget | None, limit: int | None, what: str) -> None:
     total = 0
     while chunk := os.read(src, _CHUNK):
         total += len(chunk)
         if limit is not None and total > limit:
-            raise SandboxError(f"local sandbox: {what} refused: larger than max_download_bytes={limit}")
+            raise _TooBig(f"{what} refused: larger than max_download_bytes={limit}")
         if budget is not None:
             budget.take(len(chunk))
         view = memoryview(chunk)
@@ -258,51 +262,66 @@ def _copy_out(src: int, dst: int, rel: str, depth: int, budget: _Budget, cap: in
     device = os.fstat(src).st_dev
     with os.scandir(src) as entries:
         for entry in entries:
-            name, path = entry.name, f"./{rel}{entry.name}"
-            st = entry.stat(follow_symlinks=False)
+            path = f"./{rel}{entry.name}"
             budget.take(ENTRY_BYTES)
-            if stat.S_ISDIR(st.st_mode):
-                if st.st_dev != device:
-                    warn(f"skipped {path}: another file system (a mount point)")
-                elif depth >= MAX_DEPTH:
-                    warn(f"skipped {path}: more than {MAX_DEPTH} folders deep")
-                else:
-                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
-                    try:
-                        if os.fstat(child).st_dev != device:  # swapped for a mount point since the stat
-                            continue
-                        host = _subdir(dst, name)
-                        try:
-                            _copy_out(child, host, f"{rel}{name}/", depth + 1, budget, cap, warn)
-                            os.fchmod(host, (stat.S_IMODE(st.st_mode) & 0o755) | 0o700)
-                        finally:
-                            os.close(host)
-                    finally:
-                        os.close(child)
-            elif stat.S_ISREG(st.st_mode):
-                if st.st_size > cap:
-                    warn(f"skipped {path}: {st.st_size} bytes, over max_download_bytes")
-                    continue
-                path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
-                try:
-                    st = os.fstat(path_fd)
-                    if not stat.S_ISREG(st.st_mode):  # swapped since the listing
-                        continue
-                    data = _reopen(path_fd)
-                    try:
-                        _write_host_file(dst, name, data, st, budget, cap, f"download {path}")
-                    finally:
-                        os.close(data)
-                finally:
-                    os.close(path_fd)
-            elif stat.S_ISLNK(st.st_mode):
-                link = os.readlink(name, dir_fd=src)
-                if not _link_stays_inside(link, depth):
-                    warn(f"skipped {path}: a symbolic link out of the folder ({link})")
-                    continue
-                tmp = _tmp_name()
-                os.symlink(link, tmp, dir_fd=dst)
-                os.rename(tmp, name, src_dir_fd=dst, dst_dir_fd=dst)
+            try:
+                _copy_out_entry(src, dst, entry.name, entry.stat(follow_symlinks=False), device, rel, depth, budget,
+                                cap, warn)
+            except OSError as err:  # one entry that changed under the copy (or cannot be read) is skipped, named
+                warn(f"skipped {path}: {err.strerror or err}")
+
+
+def _copy_out_entry(src: int, dst: int, name: str, st: os.stat_result, device: int, rel: str, depth: int,
+                    budget: _Budget, cap: int, warn) -> None:
+    path = f"./{rel}{name}"
+    if stat.S_ISDIR(st.st_mode):
+        if st.st_dev != device:
+            warn(f"skipped {path}: another file system (a mount point)")
+            return
+        if depth >= MAX_DEPTH:
+            warn(f"skipped {path}: more than {MAX_DEPTH} folders deep")
+            return
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+        try:
+            if os.fstat(child).st_dev != device:  # swapped for a mount point since the listing
+                return
+            host = _subdir(dst, name)
+            try:
+                _copy_out(child, host, f"{rel}{name}/", depth + 1, budget, cap, warn)
+                os.fchmod(host, (stat.S_IMODE(st.st_mode) & 0o755) | 0o700)
+            finally:
+                os.close(host)
+        finally:
+            os.close(child)
+    elif stat.S_ISREG(st.st_mode):
+        if st.st_size > cap:
+            warn(f"skipped {path}: {st.st_size} bytes, over max_download_bytes")
+            return
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+        try:
+            st = os.fstat(path_fd)
+            if not stat.S_ISREG(st.st_mode):  # swapped since the listing
+                return
+            data = _reopen(path_fd)
+            try:
+                _write_host_file(dst, name, data, st, budget, cap, f"download {path}")
+            finally:
+                os.close(data)
+        finally:
+            os.close(path_fd)
+    elif stat.S_ISLNK(st.st_mode):
+        link = os.readlink(name, dir_fd=src)
+        if not _link_stays_inside(link, depth):
+            warn(f"skipped {path}: a symbolic link out of the folder ({link})")
+            return
+        tmp = _tmp_name()
+        os.symlink(link, tmp, dir_fd=dst)
+        try:
+            os.rename(tmp, name, src_dir_fd=dst, dst_dir_fd=dst)
+        except OSError:
+            os.unlink(tmp, dir_fd=dst)
+            raise
+    # devices, FIFOs and sockets are not copied
 
 
 # ----------------------------------------------------------------------------------------------- into the sandbox
