@@ -4,14 +4,18 @@ would: planted tools, crafted archives, symlinks and magic links out, a tool tha
 from __future__ import annotations
 
 import io
+import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 needs_namespaces = pytest.mark.skipif(
     not sys.platform.startswith("linux") or any(shutil.which(t) is None for t in ("unshare", "prlimit")),
@@ -193,3 +197,26 @@ def test_downloads_copy_links_only_when_they_stay_inside(tmp_path, caplog):
     assert (tmp_path / "via-link" / "a" / "b" / "f").read_text() == "in\n"
     assert (tmp_path / "ok").read_text() == "in\n"
     assert "abs" in caplog.text and "chain" in caplog.text  # each skipped link is named
+
+
+HARBOR = REPO / ".venv-harbor" / "bin" / "harbor"
+
+
+@needs_namespaces
+@pytest.mark.skipif(not HARBOR.exists(), reason=".venv-harbor missing: run `bash eval/setup_harbor.sh` (make test does)")
+def test_a_harbor_trial_reads_the_reward_the_verifier_wrote_not_a_planted_tars(tmp_path):
+    """The issue's reproduction: the oracle of tests/fixtures/harbor_tasks/planted-tar leaves the task undone and
+    plants a tar that emits reward.txt = 1; Harbor downloads /logs/verifier after the verifier wrote 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
+    task = REPO / "tests" / "fixtures" / "harbor_tasks" / "planted-tar"
+    proc = subprocess.run([str(HARBOR), "run", "-p", str(task),
+                           "--env", "harbor_plugins.local_sandbox:LocalSandboxEnvironment", "-a", "oracle",
+                           "-o", str(tmp_path), "--job-name", "planted", "-y"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    results = list((tmp_path / "planted").glob("*/result.json"))
+    assert len(results) == 1, f"harbor failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    trial = json.loads(results[0].read_text())
+    assert trial.get("exception_info") is None, trial.get("exception_info")
+    assert trial["verifier_result"]["rewards"]["reward"] == 0.0
+    assert (results[0].parent / "verifier" / "reward.txt").read_text() == "0\n"
