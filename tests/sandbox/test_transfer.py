@@ -203,7 +203,7 @@ HARBOR = REPO / ".venv-harbor" / "bin" / "harbor"
 
 
 @needs_namespaces
-@pytest.mark.skipif(not HARBOR.exists(), reason=".venv-harbor missing: run `bash eval/setup_harbor.sh` (make test does)")
+@pytest.mark.skipif(not HARBOR.exists(), reason=".venv-harbor missing: `bash eval/setup_harbor.sh` (make test runs it)")
 def test_a_harbor_trial_reads_the_reward_the_verifier_wrote_not_a_planted_tars(tmp_path):
     """The issue's reproduction: the oracle of tests/fixtures/harbor_tasks/planted-tar leaves the task undone and
     plants a tar that emits reward.txt = 1; Harbor downloads /logs/verifier after the verifier wrote 0."""
