@@ -337,7 +337,12 @@ def _makedirs_in_root(root: int, path: str, what: str) -> int:
             pass
         parent = in_root(root, "/" + "/".join(parts[:i - 1]), os.O_PATH | os.O_DIRECTORY)
         try:
-            os.mkdir(parts[i - 1], 0o755, dir_fd=parent)
+            os.mkdir(parts[i - 1], 0o700, dir_fd=parent)
+            made = os.open(parts[i - 1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            try:
+                os.fchmod(made, 0o755)  # as mkdir -p inside would make it, whatever this process's umask
+            finally:
+                os.close(made)
         except FileExistsError:
             raise SandboxError(f"local sandbox: {what} failed: {prefix} exists and is not a folder") from None
         finally:
