@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile
+from sandbox import dockerfile, transfer
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -33,7 +33,6 @@ from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
 from sandbox.storage import Disk, make_disk
 from sandbox.storage import unavailable as disk_unavailable
-from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
 
 INIT = Path(__file__).with_name("pid1.py")
 ENTER = Path(__file__).with_name("enter.py")
@@ -44,7 +43,6 @@ CAPABILITIES = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "
                 "setfcap", "net_bind_service", "net_raw", "sys_chroot", "audit_write")
 _NEVER_HIDDEN = [Path(p) for p in DEFAULT_PATH.split(":")] + [Path(p) for p in ("/etc", "/lib", "/lib64",
                                                                                 "/usr", "/var", "/opt")]
-_TRANSFER_TIMEOUT_SEC = 600
 NET_ADDRESS, NET_GATEWAY, NET_DNS = "10.0.2.100", "10.0.2.2", "10.0.2.3"  # slirp4netns's defaults; pasta told so
 RESOLV_OFFLINE = "# the local sandbox: no network; this resolver answers no name and records the names asked\n" \
                  "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n"
@@ -402,89 +400,53 @@ class Sandbox:
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root."""
+        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root. The host writes it
+        itself, beneath the sandbox's root (sandbox/transfer.py): no program of the sandbox runs."""
         source = Path(source_path)
         if not source.is_file():
             raise FileNotFoundError(f"Source file not found: {source}")
-        script = ('t=$(mktemp -d /tmp/.hb-up.XXXXXX) && tar -xf - -C "$t" || exit 1\n'
-                  'if [ -d "$1" ]; then dest="$1/$2"; else mkdir -p "$(dirname "$1")" && dest="$1"; fi\n'
-                  'mv -f "$t/f" "$dest"; rc=$?; rm -rf "$t"; exit $rc')
-        await self._checked(["/bin/sh", "-c", script, "sh", target_path, source.name], tar_of_file(source, "f"),
-                            f"upload {source} -> {target_path}")
+        await self._transfer(transfer.upload_file, source, target_path)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy the contents of a host folder into ``target_dir`` (created), owned by root."""
+        """Copy the contents of a host folder into ``target_dir`` (created), owned by root; links stay links."""
         source = Path(source_dir)
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory not found: {source}")
-        await self._checked(["/bin/sh", "-c", 'mkdir -p "$1" && tar -xf - -C "$1"', "sh", target_dir],
-                            tar_of_dir(source), f"upload {source} -> {target_dir}")
+        await self._transfer(transfer.upload_dir, source, target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        """Copy a sandbox file to ``target_path`` on the host (parent folders created), streamed; a file
-        over ``max_download_bytes`` (a sparse one counts its full size) fails with ``SandboxError`` and
-        leaves no target file."""
-        cap = self.config.max_download_bytes
+        """Copy a sandbox file to ``target_path`` on the host (parent folders created); a file over
+        ``max_download_bytes`` (a sparse one counts its full size) fails with ``SandboxError`` and leaves no
+        target file. Read by the host through an fd beneath the sandbox's root: no program of the sandbox runs."""
         target = Path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        what = f"download {source_path}"
-        proc = await self._spawn(["/bin/cat", "--", source_path], env=None, user_spec=None, stdin=False)
         try:
-            with open(target, "wb") as f:
-                async def copy() -> None:
-                    total = 0
-                    while chunk := await proc.stdout.read(1 << 16):
-                        total += len(chunk)
-                        if total > cap:
-                            raise SandboxError(f"local sandbox: {what} refused: larger than max_download_bytes={cap}")
-                        f.write(chunk)
-
-                _, (err, _) = await self._supervise(proc, asyncio.gather(copy(), _read_capped(proc.stderr, 1 << 16)),
-                                                    _TRANSFER_TIMEOUT_SEC)
-            if proc.returncode != 0:
-                raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
-                                   f"{err.decode(errors='replace').strip()}")
+            await self._transfer(transfer.download_file, source_path, target, self.config.max_download_bytes)
         except BaseException:
             target.unlink(missing_ok=True)
             raise
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copy the contents of a sandbox folder into ``target_dir`` on the host (devices and FIFOs skipped),
-        streamed. Files over ``max_download_bytes`` (sparse ones count their full size) are skipped with a
-        warning; a stream over that cap in all fails with ``SandboxError``."""
-        cap = self.config.max_download_bytes
-        script = ('cd "$1" || exit 1\n'
-                  'find . -type f -size +"$2"c -printf "skipped %p: %s bytes, over max_download_bytes\\n" >&2\n'
-                  'find . -mindepth 1 ! \\( -type f -size +"$2"c \\) -print0 | tar --null --no-recursion -T - -cf -')
-        what = f"download {source_dir}"
-        r, w = os.pipe()
-        try:
-            proc = await self._spawn(["/bin/sh", "-c", script, "sh", source_dir, str(cap)], env=None, user_spec=None,
-                                     stdin=False, stdout=w)
-        except BaseException:
-            os.close(r)
-            raise
-        finally:
-            os.close(w)
-        reader = CappedReader(os.fdopen(r, "rb"), cap + 1024 * 1024, what)  # + tar headers
-        extract = asyncio.ensure_future(asyncio.to_thread(extract_tar_stream, reader, Path(target_dir)))
-        try:
+        """Copy the contents of a sandbox folder into ``target_dir`` on the host: folders, regular files, and links
+        that stay inside it (links out, devices, FIFOs and mount points below it skipped). Files over
+        ``max_download_bytes`` (sparse ones count their full size) are skipped with a warning; more than that cap in
+        all fails with ``SandboxError``."""
+        what = f"local sandbox: download {source_dir}"
+        await self._transfer(transfer.download_dir, source_dir, Path(target_dir), self.config.max_download_bytes,
+                             lambda line: self.logger.warning(f"{what}: {line}"))
+
+    async def _transfer(self, move, *args) -> None:
+        """Run one of sandbox/transfer.py's moves in a thread, with an fd of this sandbox's root."""
+        if self._init_pid is None:
+            raise SandboxError("the sandbox is not running (call start() first)")
+
+        def run() -> None:
+            root = transfer.open_root(self._init_pid, self._alive)
             try:
-                (err, _), _ = await self._supervise(proc, asyncio.gather(_read_capped(proc.stderr, 1 << 16),
-                                                                         asyncio.shield(extract)),
-                                                    _TRANSFER_TIMEOUT_SEC)
-            except BaseException:
-                reader.close()
-                await asyncio.gather(extract, return_exceptions=True)
-                raise
-        finally:
-            reader.close()
-        for line in err.decode(errors="replace").splitlines():
-            if line.startswith("skipped "):
-                self.logger.warning(f"local sandbox: {what}: {line}")
-        if proc.returncode != 0:
-            raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
-                               f"{err.decode(errors='replace').strip()}")
+                move(root, *args)
+            finally:
+                os.close(root)
+
+        await asyncio.to_thread(run)
 
     # ------------------------------------------------------------------ internals
     def _alive(self) -> bool:
@@ -645,12 +607,6 @@ class Sandbox:
         if n_err > cap:
             err += _truncated(n_err, cap)
         return proc.returncode if proc.returncode is not None else -1, out, err
-
-    async def _checked(self, inner: list[str], stdin: bytes | None, what: str) -> bytes:
-        rc, out, err = await self._run(inner, stdin=stdin, timeout=_TRANSFER_TIMEOUT_SEC)
-        if rc != 0:
-            raise SandboxError(f"local sandbox: {what} failed (exit {rc}): {err.decode(errors='replace').strip()}")
-        return out
 
     def _hidden_paths(self) -> list[str]:
         out: list[str] = []
