@@ -465,8 +465,11 @@ def main() -> int:
     sys.path[:] = []
     sys.path_hooks[:] = []
     sys.path_importer_cache.clear()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    # No handler but SIGCHLD's: the kernel drops every signal a process of the namespace sends to its init unless
+    # the init handles it (Python's own SIGINT handler included), so PID 1 is out of the task's reach; from the
+    # host only SIGKILL ends it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
     # Reap at once on SIGCHLD: zombies of killed processes would hold pids.max slots.
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
