@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -82,6 +83,19 @@ def _run(argv: list[str], what: str, timeout: float = PULL_TIMEOUT_SEC) -> None:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-1500:]
         raise EnvironmentBuildError(f"{what}: {' '.join(argv[:2])} failed (exit {proc.returncode}): {tail}")
+
+
+def drop_device_nodes(root: Path) -> list[str]:
+    """Remove every character and block device node under an unpacked image's ``root`` (a task's image may carry
+    kmsg or kvm; the sandbox's /dev holds Docker's default devices, and its root is mounted nodev as well)."""
+    dropped = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if stat.S_ISCHR(mode := os.lstat(path).st_mode) or stat.S_ISBLK(mode):
+                os.unlink(path)
+                dropped.append(os.path.relpath(path, root))
+    return dropped
 
 
 def _source_kind(source: Path) -> str:
@@ -182,6 +196,7 @@ class ImageStore:
                 tmp.mkdir()
                 try:
                     make(tmp)
+                    drop_device_nodes(tmp / "rootfs")
                     os.rename(tmp, final)
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)

@@ -63,11 +63,12 @@ def pivot_root(new: str, old: str) -> None:
 
 
 def overlay(lower: str, upper: str, work: str, target: str) -> None:
+    """An overlay, nodev: a device node in an image (or in its upper layer) opens nothing."""
     opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
     try:
-        mount("overlay", target, "overlay", 0, opts)
+        mount("overlay", target, "overlay", MS_NODEV, opts)
     except OSError:  # in a user namespace: no trusted.* xattrs
-        mount("overlay", target, "overlay", 0, opts + ",userxattr")
+        mount("overlay", target, "overlay", MS_NODEV, opts + ",userxattr")
 
 
 def bind_ro(path: str) -> None:
@@ -138,7 +139,7 @@ def _overlay_or_bind(src: str, dst: str, stage: str, key: str) -> None:
         try:
             mount(src, dst, None, MS_BIND | MS_REC)
             try:
-                mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+                mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NODEV)
             except OSError:
                 pass
         except OSError:
