@@ -91,9 +91,39 @@ ALLOWED_TOP = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc")
 VAR_DIRS = ("backups", "cache", "lib", "local", "log", "mail", "opt", "spool", "tmp")
 VAR_ALLOWED = ("lib/dpkg", "lib/apt", "lib/ucf", "lib/pam", "lib/python", "lib/ca-certificates",
                "lib/ca-certificates-java", "lib/sgml-base", "lib/xml-core", "cache/debconf", "cache/ldconfig")
-# secrets of the host's /etc: password hashes are replaced by "*", private keys are removed
+# secrets of the host's /etc: password hashes are replaced by "*", private keys are removed, and so is every
+# other file or folder that other users may not read (not_world_readable), but for policy that holds no secret
 ETC_SANITIZED = ("shadow", "shadow-", "gshadow", "gshadow-")
 ETC_REMOVED_GLOBS = ("ssh/ssh_host_*_key", "ssl/private/*", "security/opasswd", "krb5.keytab")
+ETC_KEPT = (".pwd.lock", "sudoers", "sudoers.d")  # an empty lock file; sudo refuses to run without its policy
+
+
+def not_world_readable(top: str) -> list[str]:
+    """The files under ``top`` that other users may not read and the folders they may not list or enter (not
+    descended into), relative to ``top``; symlinks are left to their targets."""
+    out: list[str] = []
+
+    def walk(path: str, rel: str) -> None:
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            sub = f"{rel}{entry.name}"
+            if stat.S_ISDIR(mode):
+                if mode & 0o005 != 0o005:
+                    out.append(sub)
+                else:
+                    walk(entry.path, sub + "/")
+            elif not stat.S_ISLNK(mode) and not mode & 0o004:
+                out.append(sub)
+
+    walk(top, "")
+    return out
 
 SYS_OPENAT2 = 437  # one number on every architecture of the unified syscall table (Linux >= 5.6)
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -288,6 +318,12 @@ def _sanitize_etc(root: Root) -> None:
             try:
                 root.remove(host)
             except OSError:
+                pass
+    for rel in not_world_readable("/etc"):
+        if rel not in ETC_SANITIZED and rel not in ETC_KEPT:
+            try:
+                root.remove(f"etc/{rel}")
+            except OSError:  # an unprivileged user namespace: neither PID 1 nor the task can read it
                 pass
 
 
