@@ -290,16 +290,26 @@ class Sandbox:
                 "--propagation", "private", "--kill-child"]
         if self._userns:
             argv += ["--user", "--map-root-user"]
-        argv += ["--", sys.executable, "-I", str(INIT), f"sandbox_init:{cfg.name}", json.dumps(init_cfg)]
+        # PID 1's command line is readable inside: the interpreter, pid1.py and the config travel as fds, so that it
+        # names no host path (the repository, the venv, the exposed and hidden paths)
+        interpreter = os.open(os.path.realpath(sys.executable), os.O_PATH)
+        script, config = os.memfd_create("sandbox-init", 0), os.memfd_create("sandbox-init-config", 0)
+        os.write(script, INIT.read_bytes())
+        init_cfg["close_fds"] = [interpreter, script]
+        os.write(config, json.dumps(init_cfg).encode())
+        os.lseek(config, 0, os.SEEK_SET)
+        argv += ["--", f"/proc/self/fd/{interpreter}", "-I", f"/proc/self/fd/{script}", f"sandbox_init:{cfg.name}",
+                 str(config)]
         argv = self._limit_prefix(for_init=True) + argv
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=(r,) + ((report_w,) if report_w is not None else ()), start_new_session=True,
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=(r, interpreter, script, config) + ((report_w,) if report_w is not None else ()),
+                start_new_session=True, env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
             )
         finally:
-            os.close(r)
+            for fd in (r, interpreter, script, config):
+                os.close(fd)
             if report_w is not None:
                 os.close(report_w)
         try:

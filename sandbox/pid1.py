@@ -1,5 +1,5 @@
 """PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
-Runs in: any Python >= 3.11, standard library only, as ``python -I pid1.py sandbox_init:NAME CONFIG`` (sandbox.core).
+Runs in: any Python >= 3.11, standard library only, as ``python -I pid1.py sandbox_init:NAME CONFIG_FD`` (sandbox.core).
 
 It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
 the owning process closes; the kernel then kills every process of the namespace.
@@ -124,6 +124,10 @@ def not_world_readable(top: str) -> list[str]:
 
     walk(top, "")
     return out
+
+# what Docker masks in /proc and /sys (moby's default masked paths), and /proc/kmsg
+MASKED = ("proc/acpi", "proc/asound", "proc/kcore", "proc/keys", "proc/latency_stats", "proc/timer_list",
+          "proc/timer_stats", "proc/sched_debug", "proc/scsi", "proc/kmsg", "sys/firmware", "sys/devices/virtual/powercap")
 
 SYS_OPENAT2 = 437  # one number on every architecture of the unified syscall table (Linux >= 5.6)
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -451,13 +455,6 @@ def build_root(cfg: dict) -> None:
     for name in ("null", "zero", "full", "random", "urandom", "tty"):
         if os.path.exists(f"/dev/{name}"):
             root.mount(f"/dev/{name}", f"dev/{name}", None, MS_BIND, is_file=True)
-    for rel in ("proc/kcore", "proc/keys", "proc/timer_list", "proc/sched_debug", "proc/kmsg"):
-        st = root.lstat(rel)
-        if st is not None and stat.S_ISREG(st.st_mode):
-            try:
-                root.mount("/dev/null", rel, None, MS_BIND, is_file=True)
-            except OSError:
-                pass
     try:
         root.mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
         root.symlink("pts/ptmx", "dev/ptmx")
@@ -473,6 +470,15 @@ def build_root(cfg: dict) -> None:
     except OSError:
         try:
             root.mount("tmpfs", "sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+        except OSError:
+            pass
+    for rel in MASKED:  # as Docker does: a file reads as empty, a folder is an empty read-only tmpfs
+        st = root.lstat(rel)
+        try:
+            if st is not None and stat.S_ISREG(st.st_mode):
+                root.mount("/dev/null", rel, None, MS_BIND, is_file=True)
+            elif st is not None and stat.S_ISDIR(st.st_mode):
+                root.mount("tmpfs", rel, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
         except OSError:
             pass
     # scratch directories: fresh, never the host's
@@ -620,7 +626,11 @@ def answer_dns(sock: socket.socket, report_fd: int, state: dict) -> None:
 
 
 def main() -> int:
-    cfg = json.loads(sys.argv[-1])
+    with os.fdopen(int(sys.argv[-1]), "rb") as f:  # the config, as a memfd: PID 1's command line is readable inside
+        cfg = json.loads(f.read())
+    for fd in cfg.get("close_fds") or []:  # the interpreter and this script, as core passed them
+        os.close(fd)
+    _libc.prctl(15, b"sandbox-init", 0, 0, 0)  # PR_SET_NAME: not the fd number it was started as
     lifeline = int(cfg.get("lifeline_fd", -1))
     deadline = time.monotonic() + float(cfg.get("wall_sec") or 86400)
     try:  # never the OOM killer's choice (commands get +500): a full tmpfs must not end the sandbox
