@@ -579,9 +579,9 @@ class Sandbox:
     def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
         """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
-        spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"], "gid": u["gid"],
-                "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner, "env": env,
-                "seccomp": True}
+        spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
+                "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
+                "env": env, "seccomp": True}
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
         os.write(fd, json.dumps(spec).encode())
         os.lseek(fd, 0, os.SEEK_SET)

@@ -2,7 +2,8 @@
 Runs in: the host's Python (>= 3.11, standard library only), as ``python -I -S enter.py FD`` from sandbox.core.
 
 FD is an inherited memfd holding the JSON spec (``pid``, ``pidfd``, ``userns``, ``uid``, ``gid``, ``groups``,
-``caps``, ``seccomp``, ``argv``, ``env``). Everything is loaded before it enters; after the chroot only system calls run.
+``caps``, ``seccomp``, ``argv``, ``env``). Everything is loaded before it enters; after the chroot only system calls
+run.
 The order of the steps: docs/sandbox.md#inside-the-modules.
 """
 

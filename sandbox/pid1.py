@@ -127,7 +127,8 @@ def not_world_readable(top: str) -> list[str]:
 
 # what Docker masks in /proc and /sys (moby's default masked paths), and /proc/kmsg
 MASKED = ("proc/acpi", "proc/asound", "proc/kcore", "proc/keys", "proc/latency_stats", "proc/timer_list",
-          "proc/timer_stats", "proc/sched_debug", "proc/scsi", "proc/kmsg", "sys/firmware", "sys/devices/virtual/powercap")
+          "proc/timer_stats", "proc/sched_debug", "proc/scsi", "proc/kmsg", "sys/firmware",
+          "sys/devices/virtual/powercap")
 
 SYS_OPENAT2 = 437  # one number on every architecture of the unified syscall table (Linux >= 5.6)
 RESOLVE_NO_MAGICLINKS = 0x02

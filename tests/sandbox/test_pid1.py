@@ -140,7 +140,8 @@ def test_what_docker_masks_stays_masked(tmp_path):
     exposed = tmp_path / "exposed"
     exposed.mkdir()
     name = f"masks-{os.getpid()}"
-    with BlockingSandbox(SandboxConfig(**SMALL, name=name, expose=[str(exposed)], hide=[str(tmp_path / "hidden")])) as sb:
+    config = SandboxConfig(**SMALL, name=name, expose=[str(exposed)], hide=[str(tmp_path / "hidden")])
+    with BlockingSandbox(config) as sb:
         # the host's cgroup paths: a cgroup namespace rooted at the sandbox's own cgroup
         inside = _cgroup_lines(sb.exec("cat /proc/self/cgroup").stdout)
         assert inside, "no /proc/self/cgroup"
