@@ -25,6 +25,7 @@ from sandbox.errors import EnvironmentBuildError
 
 ROOTFS_MARKERS = ("bin", "usr", "etc")
 PULL_TIMEOUT_SEC = 900
+NO_DEVICES = "no-device-nodes"  # beside an unpacked rootfs: its device nodes are gone
 
 
 def default_cache_dir() -> Path:
@@ -196,11 +197,13 @@ class ImageStore:
                 tmp.mkdir()
                 try:
                     make(tmp)
-                    drop_device_nodes(tmp / "rootfs")
                     os.rename(tmp, final)
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
+            if not (final / NO_DEVICES).exists():  # just unpacked, or unpacked before device nodes were dropped
+                drop_device_nodes(final / "rootfs")
+                (final / NO_DEVICES).touch()
         env, workdir = _read_config(final)
         return ImageRoot(final / "rootfs", env=env, workdir=workdir, source=source)
 
