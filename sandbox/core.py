@@ -298,8 +298,8 @@ class Sandbox:
         init_cfg["close_fds"] = [interpreter, script]
         os.write(config, json.dumps(init_cfg).encode())
         os.lseek(config, 0, os.SEEK_SET)
-        argv += ["--", f"/proc/self/fd/{interpreter}", "-I", f"/proc/self/fd/{script}", f"sandbox_init:{cfg.name}",
-                 str(config)]
+        argv += ["--", f"/proc/self/fd/{interpreter}", "-I", "-S", f"/proc/self/fd/{script}",
+                 f"sandbox_init:{cfg.name}", str(config)]  # -S: no site-packages (.pth files), PID 1 is stdlib only
         argv = self._limit_prefix(for_init=True) + argv
         try:
             self._proc = await asyncio.create_subprocess_exec(

@@ -1,5 +1,5 @@
 """PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
-Runs in: any Python >= 3.11, standard library only, as ``python -I pid1.py sandbox_init:NAME CONFIG_FD`` (sandbox.core).
+Runs in: any Python >= 3.11, standard library only, as ``python -I -S pid1.py sandbox_init:NAME CONFIG_FD`` (core).
 
 It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
 the owning process closes; the kernel then kills every process of the namespace.
