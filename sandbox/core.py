@@ -14,8 +14,10 @@ import fcntl
 import json
 import logging
 import os
+import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,7 @@ from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
 from sandbox.names_asked import NamesAsked
-from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
+from sandbox.processes import find_child_pid, kill_group, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
 from sandbox.storage import Disk, make_disk
 from sandbox.storage import unavailable as disk_unavailable
@@ -73,13 +75,31 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, i
     return bytes(buf), total
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of a running process (None once it is gone or a zombie)."""
+SANDBOX_DIED = (b"\nlocal sandbox: the sandbox died (its PID 1 is gone: killed, out of memory, or past wall_sec); "
+                b"this command and every later one fail\n")
+
+
+def _exited(pidfd: int, timeout_sec: float = 0) -> bool:
+    """Whether the process a pidfd holds has exited (waiting up to ``timeout_sec``); its pid may be anyone's now."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(timeout_sec * 1000))
+
+
+def _pidfd_of_child(pid: int, parent: int) -> int:
+    """A pidfd of ``pid``, checked to be ``parent``'s child still running once held (so not a reused pid)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        raise SandboxError(f"the sandbox holds its PID 1 by a pidfd, which needs Linux >= 5.8: {exc}") from exc
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if ppid != parent or _exited(pidfd):
+        os.close(pidfd)
+        raise SandboxError("sandbox failed to start: its PID 1 exited at once")
+    return pidfd
 
 
 def missing_host_tools() -> list[str]:
@@ -96,13 +116,13 @@ class Sandbox:
         self.workdir = self.config.workdir or "/app"
         self._proc: asyncio.subprocess.Process | None = None
         self._init_pid: int | None = None
+        self._init_pidfd: int | None = None  # PID 1 held by what cannot be reused (its pid can)
         self._lifeline_w: int | None = None
         self._cgroup: Cgroup | None = None
         self._userns = False
         self._dockerfile_env: dict[str, str] = {}
         self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
         self._running: set[asyncio.subprocess.Process] = set()
-        self._init_start: str | None = None
         self._report_r: int | None = None
         self._reading: asyncio.AbstractEventLoop | None = None
         self._asked = NamesAsked()
@@ -190,14 +210,23 @@ class Sandbox:
         """Kill every process of the sandbox and remove its cgroup. Idempotent."""
         for proc in list(self._running):
             killpg(proc.pid)
-        if self._init_pid:
-            kill_pid(self._init_pid)  # PID 1 of the namespace: all of it dies
-        if self._proc is not None:
-            killpg(self._proc.pid)
-            try:
-                await asyncio.wait_for(self._proc.wait(), timeout=10)
-            except asyncio.TimeoutError:
+        if self._init_pidfd is not None:
+            try:  # PID 1 of the namespace: all of it dies
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
+        if self._proc is not None:
+            if self._init_pidfd is not None:  # unshare reaps its child, PID 1, and exits
+                try:
+                    await asyncio.wait_for(self._proc.wait(), timeout=10)
+                except asyncio.TimeoutError:
+                    pass
+            if self._proc.returncode is None:
+                killpg(self._proc.pid)
+                try:
+                    await asyncio.wait_for(self._proc.wait(), timeout=10)
+                except asyncio.TimeoutError:
+                    pass
             self._proc = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
@@ -217,10 +246,12 @@ class Sandbox:
             self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
-        if self._init_pid:
+        if self._init_pidfd is not None:
             deadline = time.monotonic() + 10
-            while Path(f"/proc/{self._init_pid}").exists() and time.monotonic() < deadline:
+            while not _exited(self._init_pidfd) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
+            os.close(self._init_pidfd)
+            self._init_pidfd = None
         if self._cgroup is not None:
             self._cgroup.kill_all()
             self._cgroup.remove()
@@ -262,20 +293,30 @@ class Sandbox:
             "report_fd": report_w if report_w is not None else -1,
             "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
         }
-        argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts",
+        argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "--cgroup",
                 "--propagation", "private", "--kill-child"]
         if self._userns:
             argv += ["--user", "--map-root-user"]
-        argv += ["--", sys.executable, "-I", str(INIT), f"sandbox_init:{cfg.name}", json.dumps(init_cfg)]
+        # PID 1's command line is readable inside: the interpreter, pid1.py and the config travel as fds, so that it
+        # names no host path (the repository, the venv, the exposed and hidden paths)
+        interpreter = os.open(os.path.realpath(sys.executable), os.O_PATH)
+        script, config = os.memfd_create("sandbox-init", 0), os.memfd_create("sandbox-init-config", 0)
+        os.write(script, INIT.read_bytes())
+        init_cfg["close_fds"] = [interpreter, script]
+        os.write(config, json.dumps(init_cfg).encode())
+        os.lseek(config, 0, os.SEEK_SET)
+        argv += ["--", f"/proc/self/fd/{interpreter}", "-I", "-S", f"/proc/self/fd/{script}",
+                 f"sandbox_init:{cfg.name}", str(config)]  # -S: no site-packages (.pth files), PID 1 is stdlib only
         argv = self._limit_prefix(for_init=True) + argv
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=(r,) + ((report_w,) if report_w is not None else ()), start_new_session=True,
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=(r, interpreter, script, config) + ((report_w,) if report_w is not None else ()),
+                start_new_session=True, env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
             )
         finally:
-            os.close(r)
+            for fd in (r, interpreter, script, config):
+                os.close(fd)
             if report_w is not None:
                 os.close(report_w)
         try:
@@ -295,8 +336,9 @@ class Sandbox:
         if report_r is not None:  # read the records as they come: a full pipe would lose them
             self._reading = asyncio.get_running_loop()
             self._reading.add_reader(report_r, self._drain_reports)
-        self._init_pid = find_child_pid(self._proc.pid)
-        self._init_start = _start_time(self._init_pid)
+        pid = find_child_pid(self._proc.pid)
+        self._init_pidfd = _pidfd_of_child(pid, self._proc.pid)
+        self._init_pid = pid
         if cfg.network != "none":
             await self._attach_network()
         self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode "
@@ -323,22 +365,26 @@ class Sandbox:
         """Start pasta or slirp4netns on the sandbox's network namespace and wait for its default route. The
         helper dies with this process (``setpriv --pdeathsig``) or at ``stop``."""
         tool, pid = self.config.network, self._init_pid
-        fds: list[int] = []
+        fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in ("net", "user")[:1 + self._userns]]
+        if _exited(self._init_pidfd):  # opened while PID 1 ran: they are its namespaces, not a reused pid's
+            for fd in fds:
+                os.close(fd)
+            raise SandboxError("sandbox failed to start: its PID 1 exited")
+        netns, userns = f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[-1]}"
         if tool == "pasta":
-            fds.append(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY))
             argv = ["pasta", "-f", "-q", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
                     "--no-map-gw", "-a", NET_ADDRESS, "-n", "24", "-g", NET_GATEWAY, "--dns-forward", NET_DNS,
-                    "--netns", f"/proc/self/fd/{fds[0]}"]
+                    "--netns", netns]
             if self._userns:
-                fds.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY))
-                argv += ["--userns", f"/proc/self/fd/{fds[1]}"]
+                argv += ["--userns", userns]
             else:
                 argv[1:1] = ["--runas", "0"]  # as root it would switch to nobody, who cannot join a root-owned netns
         else:
-            argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox"]
+            argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    "--netns-type=path"]
             if self._userns:
-                argv += [f"--userns-path=/proc/{pid}/ns/user"]
-            argv += [str(pid), "tap0"]
+                argv += [f"--userns-path={userns}"]
+            argv += [netns, "tap0"]
         try:
             self._net_proc = await asyncio.create_subprocess_exec(
                 "setpriv", "--pdeathsig", "KILL", "--", *argv, stdin=subprocess.DEVNULL,
@@ -383,6 +429,8 @@ class Sandbox:
 
         Raises ``SandboxExecTimeoutError`` past ``timeout_sec``; then, and when the call is cancelled,
         the command's whole process group is killed."""
+        if self._init_pid is not None and not self._alive():  # the end of the sandbox: nothing enters it again
+            return ExecResult(stdout="", stderr=SANDBOX_DIED.decode().lstrip(), return_code=137)
         script = f"cd {shlex.quote(cwd or self.workdir)} || exit 1\n{command}"
         full_env = {**self._dockerfile_env, **self.config.env, **(env or {})}
         inner, spec = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
@@ -394,8 +442,7 @@ class Sandbox:
         if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
             # a command failure, not an infrastructure error: the task (e.g. a full tmpfs) did it
             self.logger.warning("local sandbox: the sandbox died under a command")
-            err += (b"\nlocal sandbox: the sandbox died (its PID 1 is gone: killed, out of memory, or past "
-                    b"wall_sec); this command and every later one fail\n")
+            err += SANDBOX_DIED
             rc = 137
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
@@ -450,8 +497,8 @@ class Sandbox:
 
     # ------------------------------------------------------------------ internals
     def _alive(self) -> bool:
-        """Whether the sandbox's PID 1 still runs (the same process, not a reused pid)."""
-        return self._init_pid is not None and _start_time(self._init_pid) == self._init_start
+        """Whether the sandbox's PID 1 still runs (the same process: it is held by a pidfd, not by its pid)."""
+        return self._init_pidfd is not None and not _exited(self._init_pidfd)
 
     def _choose_mode(self) -> None:
         cfg = self.config
@@ -525,9 +572,9 @@ class Sandbox:
     def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
         """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
-        spec = {"pid": self._init_pid, "userns": self._userns, "uid": u["uid"], "gid": u["gid"],
-                "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner, "env": env,
-                "seccomp": True}
+        spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
+                "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
+                "env": env, "seccomp": True}
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
         os.write(fd, json.dumps(spec).encode())
         os.lseek(fd, 0, os.SEEK_SET)
@@ -537,13 +584,16 @@ class Sandbox:
                      stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
         if self._init_pid is None:
             raise SandboxError("the sandbox is not running (call start() first)")
+        if not self._alive():
+            raise SandboxError("local sandbox: the sandbox is gone (its PID 1 exited: killed, out of memory, or past "
+                               "wall_sec); nothing runs in it any more")
         cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
         cmd_env.setdefault("HOME", "/root")
         argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd,),
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd, self._init_pidfd),
                 env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
             )
         finally:

@@ -195,9 +195,9 @@ def test_verifier_past_its_time_is_killed(isolation_job):
 def test_no_process_of_a_trial_survives(isolation_job):
     assert len(isolation_job["trials"]) == 4
     # sleep 31337 (agent, foreground), 31338 (agent, setsid-detached), 31339 (verifier); the
-    # sandboxes' PID 1 carries the job dir in its command line (hidden paths)
-    assert host_processes("sleep 3133", str(isolation_job["job"])) == []
+    # sandboxes' PID 1 carries the session's name (the trial's) in its command line
     ours = {t["_dir"].name for t in isolation_job["trials"].values()}
+    assert host_processes("sleep 3133", str(isolation_job["job"]), *(f"sandbox_init:{t}__" for t in ours)) == []
     leftover = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*")
                 if p.is_dir() and p.name.rsplit("__", 1)[0] in ours]
     assert leftover == []  # per-trial cgroups (root mode) are removed
