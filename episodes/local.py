@@ -282,7 +282,8 @@ class TaskEnvironment:
             self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}",
                            timeout_sec=30)
             self._box.upload_dir(self._task / "tests", TESTS_DIR)
-            watch.before_verifier([self._task / "tests"])
+            watch.expect_tests([self._task / "tests"])
+            watch.before_verifier()
             mark = self._box.network_mark()
             try:
                 output = self._box.exec(f"bash {TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout

@@ -3,7 +3,8 @@ Runs in: any Python >= 3.11, standard library only (sandbox.inside); the Harbor 
 
     watch = VerifierWatch(sandbox.root, sandbox.command_path())  # once the environment is built, before the agent
     watch.check_paths()                        # before the harness makes /logs/verifier fresh and uploads /tests
-    watch.before_verifier(tests)               # after: the fresh folder, the uploaded tests, the tools, the processes
+    watch.expect_tests([task / "tests"])       # what it uploads (host folders)
+    watch.before_verifier()                    # then: the fresh folder, the uploaded tests, the tools, the processes
     ... run the tests, their output captured by the harness ...
     reward_json, reward_txt = watch.after_verifier()   # read from the host; watch.tamper: {TAMPER_KINDS kind: detail}
 What each kind catches and what it misses: docs/sandbox.md#tamper-evidence.
@@ -208,12 +209,16 @@ class VerifierWatch:
             changes = _changes(self._paths, paths_state(root))
         if changes:
             self._note("verifier_paths", f"changed before the verifier ran: {changes}")
+        self._tests = {}
 
-    def before_verifier(self, tests: list[Path]) -> None:
-        """After the harness made /logs/verifier fresh and uploaded `tests` (host folders) into /tests, just before
-        the verifier starts: the folder is empty, the tests are the task's, the tools are as built; then the
-        sandbox's processes are watched until after_verifier()."""
-        self._tests = _expected_tests(tests)
+    def expect_tests(self, sources: list[Path]) -> None:
+        """The host folders the harness uploads into /tests (later ones over earlier ones, as the upload does)."""
+        self._tests.update(_expected_tests(sources))
+
+    def before_verifier(self) -> None:
+        """After the harness made /logs/verifier fresh and uploaded the tests, just before the verifier starts: the
+        folder is empty, the tests are the task's, the tools are as built; then the sandbox's processes are watched
+        until after_verifier()."""
         with self._root_of() as root:
             st = root.lstat(VERIFIER_DIR)
             if st is None or not statmod.S_ISDIR(st.st_mode) or root.listdir(VERIFIER_DIR):

@@ -80,6 +80,7 @@ _MISSING = (
 # reward.txt and the end of the output, NUL-separated (parse_verifier_files), capped so a flood cannot fill the host
 VERIFIER_DIR = "/logs/verifier"
 TEST_STDOUT = "test-stdout.txt"
+TAMPER_FILE = "tamper.json"  # the harness's record beside a trial's verifier files: {TAMPER_KINDS kind: detail}
 READ_LIMIT = 65536
 READ_VERIFIER_FILES = "\n".join(
     [f"printf '%s\\0' \"$(head -c {READ_LIMIT} {VERIFIER_DIR}/{name} 2>/dev/null)\""
@@ -135,6 +136,15 @@ def read_reward_dir(verifier_dir: Path) -> float | None:
         except OSError:
             texts.append(None)
     return reward_of(*texts)
+
+
+def read_tamper_dir(verifier_dir: Path) -> dict[str, str]:
+    """The tamper evidence the harness recorded in a verifier folder on this machine (TAMPER_FILE; {} without)."""
+    try:
+        data = json.loads((Path(verifier_dir) / TAMPER_FILE).read_text(errors="replace")[:READ_LIMIT])
+    except (OSError, ValueError):
+        return {}
+    return {kind: str(data[kind]) for kind in TAMPER_KINDS if isinstance(data, dict) and kind in data}
 
 
 def parse_verifier_files(stdout: str) -> tuple[str, str, str]:

@@ -36,16 +36,22 @@ def episode(task: Path, commands: list[str], limits: EpisodeLimits | None = None
     return episode_reward(env), episode_verdict(env), episode_failure(env), stats.as_dict()
 
 
-FAKE_MISSING_TOOL = ("nohup sh -c 'while :; do [ -f /logs/verifier/test-stdout.txt ] && echo \"bash: line 3: "
-                     "python3: command not found\" >> /logs/verifier/test-stdout.txt; sleep 0.02; done' "
-                     ">/dev/null 2>&1 &")
+MISSING = "bash: line 3: python3: command not found"
+# the verifier's output file, as Harbor's command writes it
+FAKE_MISSING_TOOL = (f"nohup sh -c 'while :; do [ -f /logs/verifier/test-stdout.txt ] && echo \"{MISSING}\" "
+                     ">> /logs/verifier/test-stdout.txt; sleep 0.02; done' >/dev/null 2>&1 &")
+# the test process's own stdout, reopened through /proc (what is left once the harness captures the output itself)
+FAKE_THROUGH_PROC = (f"nohup sh -c 'while :; do for p in /proc/[0-9]*; do grep -qs test.sh $p/cmdline && "
+                     f"echo \"{MISSING}\" > $p/fd/1; done; sleep 0.05; done' >/dev/null 2>&1 &")
 
 
-def test_a_daemon_faking_a_missing_tool_does_not_turn_a_failing_agent_into_an_infrastructure_failure(task, tmp_path):
+@pytest.mark.parametrize("daemon", [FAKE_MISSING_TOOL, FAKE_THROUGH_PROC], ids=["output-file", "proc-fd"])
+def test_a_daemon_faking_a_missing_tool_does_not_turn_a_failing_agent_into_an_infrastructure_failure(task, tmp_path,
+                                                                                                    daemon):
     """Finding 6: the agent fails, and a daemon it left appends `python3: command not found` to the verifier's
-    output file after the tests ran; before the fix the episode was an excluded verifier_tools failure (None)."""
+    output after the tests ran; before the fix the episode was an excluded verifier_tools failure (None)."""
     slow = with_tests(task, tmp_path, "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\nsleep 0.5\necho done\n")
-    reward, verdict, failure, stats = episode(slow, [FAKE_MISSING_TOOL])
+    reward, verdict, failure, stats = episode(slow, [daemon])
     assert failure is None and verdict.outcome == "scored" and reward == 0.0, (failure, verdict)
     assert stats["masked"] == 0 and stats["scored"] == 1
 
