@@ -286,7 +286,9 @@ class TaskEnvironment:
             watch.before_verifier()
             mark = self._box.network_mark()
             try:
-                output = self._box.exec(f"bash {TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
+                # as Harbor runs it: the script itself (its shebang's interpreter, not a bash looked up on PATH)
+                output = self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh; "
+                                        f"{TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
             except SandboxExecTimeoutError:
                 timed_out = True
             reward_json, reward_txt = watch.after_verifier()

@@ -45,23 +45,33 @@ def _identity(st: os.stat_result | None):
             st.st_ctime_ns)
 
 
-def _walk(root: Root, top: str, out: dict, limit: int = _MAX_ENTRIES) -> None:
-    """lstat identities of `top` and everything beneath it (no symlink followed), at most `limit` entries."""
+def _walk(root: Root, top: str, out: dict, limit: int = _MAX_ENTRIES, skip: tuple[str, ...] = ()) -> None:
+    """lstat identities of `top` and everything beneath it (os.fwalk on fds beneath the root: no symlink followed),
+    at most `limit` entries; folders named in `skip` are left out. A folder's own times change whenever its entries
+    do, so only its type and mode count (its entries are compared instead)."""
     st = root.lstat(top)
-    out[top] = _identity(st)
+    out[top] = _identity(st)[:2] if st is not None else None
     if st is None or not statmod.S_ISDIR(st.st_mode):
+        out[top] = _identity(st)
         return
-    stack = [top]
-    while stack and len(out) < limit:
-        folder = stack.pop()
-        for name in root.listdir(folder) or []:
-            path = f"{folder.rstrip('/')}/{name}"
-            st = root.lstat(path)
-            # a folder's own times change whenever its entries do: its entries are compared instead
-            out[path] = _identity(st)[:2] if st is not None and statmod.S_ISDIR(st.st_mode) else _identity(st)
-            if st is not None and statmod.S_ISDIR(st.st_mode):
-                stack.append(path)
-    out[top] = out[top][:2] if out[top] else None
+    try:
+        fd = root.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        for folder, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd):
+            dirs[:] = sorted(d for d in dirs if d not in skip)
+            base = top.rstrip("/") + folder[1:]
+            for name in dirs + sorted(files):
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                out[f"{base}/{name}"] = _identity(st)[:2] if statmod.S_ISDIR(st.st_mode) else _identity(st)
+            if len(out) >= limit:
+                break
+    finally:
+        os.close(fd)
 
 
 def paths_state(root: Root) -> dict:
@@ -74,28 +84,34 @@ def paths_state(root: Root) -> dict:
     return state
 
 
-def _site_dirs(root: Root) -> list[str]:
-    dirs = []
-    for parent in _SITE_PARENTS:
-        for name in root.listdir(parent) or []:
-            if name.startswith("python3"):
-                dirs += [f"{parent}/{name}/{sub}".rstrip("/") for sub in _SITE_SUBDIRS]
-    return dirs
+def _python_dirs(root: Root) -> list[str]:
+    return [f"{parent}/{name}" for parent in _SITE_PARENTS for name in root.listdir(parent) or []
+            if name.startswith("python3")]
 
 
 def tools_state(root: Root, path_env: str) -> dict:
-    """Each runner tool as the verifier's PATH finds it (which file, and that file's identity), the shells, the
-    Python runner's packages and site hooks."""
+    """The verifier's tools as they stand: every program of every PATH folder (``PATH:`` name -> the folder that
+    provides it first, and its identity), what each runner tool resolves to, the shells, the Python runner's files
+    (the standard library, pytest's packages and the site hooks: sitecustomize, usercustomize, .pth)."""
     state: dict = {}
-    for name in RUNNER_TOOLS:
+    for folder in [d for d in path_env.split(":") if d.startswith("/")]:
+        listing: dict = {}
+        _walk(root, folder, listing, limit=_MAX_ENTRIES * 4)
+        for path, identity in listing.items():
+            name = path[len(folder.rstrip("/")) + 1:]
+            if name and "/" not in name and f"PATH:{name}" not in state:
+                state[f"PATH:{name}"] = (path, identity)
+    for name in RUNNER_TOOLS:  # what a symlinked tool points at, too
         found = root.which(name, path_env)
-        state[f"PATH:{name}"] = (found, _identity(root.stat(found)) if found else None)
+        state[f"RUNS:{name}"] = (found, _identity(root.stat(found)) if found else None)
     for shell in SHELLS + _PYVENV:
         state[shell] = _identity(root.stat(shell))
-    for site in _site_dirs(root):
-        for name in root.listdir(site) or []:
-            if name in _RUNNER_PACKAGES or name.endswith(".pth"):
-                _walk(root, f"{site}/{name}", state, limit=len(state) + _MAX_ENTRIES)
+    for python in _python_dirs(root):
+        _walk(root, python, state, limit=len(state) + _MAX_ENTRIES * 4, skip=_SITE_SUBDIRS[1:])
+        for site in (f"{python}/{sub}" for sub in _SITE_SUBDIRS[1:]):
+            for name in root.listdir(site) or []:
+                if name in _RUNNER_PACKAGES or name.endswith(".pth"):
+                    _walk(root, f"{site}/{name}", state, limit=len(state) + _MAX_ENTRIES)
     return state
 
 
@@ -111,19 +127,27 @@ def _changes(before: dict, now: dict, limit: int = 5) -> str:
 
 
 def _tool_changes(before: dict, now: dict) -> str:
+    """What differs: a program of PATH that existed as built and now resolves elsewhere (a shim earlier on PATH) or
+    changed or is gone, a runner tool that appeared, a changed shell or runner file (new programs are not counted:
+    tasks install tools; nor new bytecode in __pycache__, which Python writes itself)."""
     words = []
     for key in sorted(set(before) | set(now)):
         was, is_ = before.get(key), now.get(key)
         if was == is_:
             continue
-        if key.startswith("PATH:"):
-            name, (was_path, _), (now_path, _) = key[5:], was or (None, None), is_ or (None, None)
+        if key.startswith(("PATH:", "RUNS:")):
+            name, was_path, now_path = key[5:], (was or (None,))[0], (is_ or (None,))[0]
+            if key.startswith("PATH:") and was is None:
+                continue  # a new program: a runner tool's is its RUNS: entry
             if was_path != now_path:
                 words.append(f"{name} on PATH is {now_path or 'gone'} (was {was_path or 'absent'})")
-            else:
-                words.append(f"{name} ({now_path}) changed")
+            elif now_path is not None:
+                words.append(f"{now_path} changed")
+        elif not was and "/__pycache__/" in key:
+            continue
         else:
             words.append(f"{key} {'appeared' if not was else 'removed' if not is_ else 'changed'}")
+    words = list(dict.fromkeys(words))
     return ", ".join(words[:5]) + (f" (+{len(words) - 5} more)" if len(words) > 5 else "")
 
 
@@ -229,7 +253,7 @@ class VerifierWatch:
             changes = _tool_changes(self._tools, tools)
             if changes:
                 self._note("shadowed_tools", changes)
-            self.absent_tools = [t for t in VERIFIER_TOOLS if tools[f"PATH:{t}"][0] is None]
+            self.absent_tools = [t for t in VERIFIER_TOOLS if tools[f"RUNS:{t}"][0] is None]
             self._procs = _ProcessWatch(root.init_pid)
 
     def _check_tests(self, root: Root, when: str) -> None:
