@@ -76,16 +76,12 @@ _MISSING = (
     re.compile(r"No module named [‘'\"]?(?P<tool>pytest)\b", re.M),
 )
 
-# Where a verifier writes (Harbor's EnvironmentPaths) and the shell that reads it back inside the sandbox: reward.json,
-# reward.txt and the end of the output, NUL-separated (parse_verifier_files), capped so a flood cannot fill the host
+# Where a verifier writes (Harbor's EnvironmentPaths); the harness reads its reward files from the host
+# (harbor_tasks/evidence.py), at most READ_LIMIT bytes each, so a flood cannot fill the host
 VERIFIER_DIR = "/logs/verifier"
 TEST_STDOUT = "test-stdout.txt"
 TAMPER_FILE = "tamper.json"  # the harness's record beside a trial's verifier files: {TAMPER_KINDS kind: detail}
 READ_LIMIT = 65536
-READ_VERIFIER_FILES = "\n".join(
-    [f"printf '%s\\0' \"$(head -c {READ_LIMIT} {VERIFIER_DIR}/{name} 2>/dev/null)\""
-     for name in ("reward.json", "reward.txt")]
-    + [f"printf '%s' \"$(tail -c {READ_LIMIT} {VERIFIER_DIR}/{TEST_STDOUT} 2>/dev/null)\""])
 
 
 def passed(reward: float | None) -> bool:
@@ -145,11 +141,6 @@ def read_tamper_dir(verifier_dir: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {kind: str(data[kind]) for kind in TAMPER_KINDS if isinstance(data, dict) and kind in data}
-
-
-def parse_verifier_files(stdout: str) -> tuple[str, str, str]:
-    """(reward.json, reward.txt, output's end) from what READ_VERIFIER_FILES printed."""
-    return tuple((stdout.split("\0", 2) + ["", "", ""])[:3])
 
 
 def missing_tools(output: str) -> list[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_failure, episode_reward, episode_verdict
+from episodes.local import (EpisodeLimits, EpisodeStats, TaskEnvironment, episode_failure, episode_reward,
+                            episode_verdict)
 from harbor_tasks.generate import write_task
 
 REPO = Path(__file__).resolve().parents[2]
