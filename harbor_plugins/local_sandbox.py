@@ -200,6 +200,13 @@ class LocalSandboxEnvironment(BaseEnvironment):
         if source_dir.rstrip("/") == VERIFIER_DIR and self._verified is not None:
             self._write_verified(Path(target_dir))
 
+    async def download_dir_filtered(self, *, source_dir: str, target_dir: Path | str, include=None, exclude=None,
+                                    protect=None) -> None:
+        await super().download_dir_filtered(source_dir=source_dir, target_dir=target_dir, include=include,
+                                            exclude=exclude, protect=protect)
+        if source_dir.rstrip("/") == VERIFIER_DIR and self._verified is not None:
+            self._write_verified(Path(target_dir))
+
     # ------------------------------------------------------------------ the verifier's run
     def _is_verifier_run(self, command: str) -> bool:
         """Harbor's verifier runs ``(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1``."""
