@@ -63,8 +63,9 @@ class BlockingSandbox:
         self._call(self.sandbox.start())
 
     def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-             timeout_sec: float | None = None, user: str | int | None = None) -> ExecResult:
-        return self._call(self.sandbox.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+             timeout_sec: float | None = None, user: str | int | None = None, until_exit: bool = False) -> ExecResult:
+        return self._call(self.sandbox.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user,
+                                            until_exit=until_exit))
 
     def upload_file(self, source_path: Path | str, target_path: str) -> None:
         self._call(self.sandbox.upload_file(source_path, target_path))
@@ -77,6 +78,13 @@ class BlockingSandbox:
 
     def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         self._call(self.sandbox.download_dir(source_dir, target_dir))
+
+    def root(self):
+        """``Sandbox.root()``: the sandbox's root for the host to read beneath (sandbox/inside.py)."""
+        return self.sandbox.root()
+
+    def command_path(self, env: dict[str, str] | None = None) -> str:
+        return self.sandbox.command_path(env)
 
     def network_mark(self) -> int:
         return self._call(self._on_loop(self.sandbox.network_mark))

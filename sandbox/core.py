@@ -30,6 +30,7 @@ from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
+from sandbox.inside import Root
 from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
@@ -140,6 +141,17 @@ class Sandbox:
     def init_pid(self) -> int | None:
         """The host pid of the sandbox's PID 1 while it runs, else None."""
         return self._init_pid
+
+    def root(self) -> Root:
+        """The sandbox's root held open for the host to read beneath it (sandbox/inside.py), nothing of it run;
+        SandboxError once the sandbox is not running."""
+        if self._init_pid is None:
+            raise SandboxError("the sandbox is not running (call start() first)")
+        return Root(transfer.open_root(self._init_pid, self._alive))
+
+    def command_path(self, env: dict[str, str] | None = None) -> str:
+        """The PATH a command run with ``env`` gets (the task's and the Dockerfile's ENV, else the default)."""
+        return {**self._dockerfile_env, **self.config.env, **(env or {})}.get("PATH") or DEFAULT_PATH
 
     @property
     def userland(self) -> str:
@@ -424,11 +436,13 @@ class Sandbox:
 
     # ------------------------------------------------------------------ commands and files
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-                   timeout_sec: float | None = None, user: str | int | None = None) -> ExecResult:
+                   timeout_sec: float | None = None, user: str | int | None = None,
+                   until_exit: bool = False) -> ExecResult:
         """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: root).
 
         Raises ``SandboxExecTimeoutError`` past ``timeout_sec``; then, and when the call is cancelled,
-        the command's whole process group is killed."""
+        the command's whole process group is killed. ``until_exit``: the output is read until the command exits (and
+        a second more), not until every process it left in the background closes it (a verifier's own server)."""
         if self._init_pid is not None and not self._alive():  # the end of the sandbox: nothing enters it again
             return ExecResult(stdout="", stderr=SANDBOX_DIED.decode().lstrip(), return_code=137)
         script = f"cd {shlex.quote(cwd or self.workdir)} || exit 1\n{command}"
@@ -436,7 +450,7 @@ class Sandbox:
         inner, spec = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
         try:
             rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env, user_spec=spec,
-                                           cap=self.config.max_output_bytes)
+                                           cap=self.config.max_output_bytes, until_exit=until_exit)
         finally:
             self._drain_reports()  # the records of this command's queries are in the pipe by now
         if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
@@ -633,7 +647,7 @@ class Sandbox:
 
     async def _run(self, inner: list[str], *, stdin: bytes | None = None, timeout: float | None = None,
                    env: dict[str, str] | None = None, user_spec: dict | None = None,
-                   cap: int | None = None) -> tuple[int, bytes, bytes]:
+                   cap: int | None = None, until_exit: bool = False) -> tuple[int, bytes, bytes]:
         """Run a command; of its stdout and stderr the first ``cap`` bytes each are kept (the rest is read
         and dropped, and a truncation note is appended)."""
         cap = cap or self.config.max_output_bytes
@@ -650,13 +664,26 @@ class Sandbox:
             finally:
                 proc.stdin.close()
 
-        _, (out, n_out), (err, n_err) = await self._supervise(
-            proc, asyncio.gather(feed(), _read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap)), timeout)
+        reads = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
+        _, ((out, n_out), (err, n_err)) = await self._supervise(
+            proc, asyncio.gather(feed(), self._until_exit(proc, reads) if until_exit else reads), timeout)
         if n_out > cap:
             out += _truncated(n_out, cap)
         if n_err > cap:
             err += _truncated(n_err, cap)
         return proc.returncode if proc.returncode is not None else -1, out, err
+
+    @staticmethod
+    async def _until_exit(proc: asyncio.subprocess.Process, reads: asyncio.Future, grace_sec: float = 1.0):
+        """``reads`` of a command's output until it exits, then ``grace_sec`` more; then its pipes are closed (the
+        readers end with what came)."""
+        while not reads.done() and proc.returncode is None:  # (proc.wait() waits for the pipes too, on 3.11)
+            await asyncio.wait({reads}, timeout=0.05)
+        if not reads.done() and not (await asyncio.wait({reads}, timeout=grace_sec))[0]:
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        return await reads
 
     def _hidden_paths(self) -> list[str]:
         out: list[str] = []
