@@ -29,7 +29,7 @@ def test_a_close_under_running_and_starting_calls_ends_every_call():
         def call(delay: float) -> None:
             time.sleep(delay)  # calls running, starting and arriving as close() runs
             try:
-                answers.append(box.exec("sleep 31349", timeout_sec=200).return_code)
+                answers.append(box.exec("sleep 31391", timeout_sec=200).return_code)
             except SandboxError as err:
                 answers.append(str(err))
 
