@@ -45,6 +45,8 @@ TAMPERED = "tampered"                # its kind among the not-scored ones, under
 # what the policy reads when its sandbox is gone (here, or on an episode server: episodes/remote.py)
 NOT_RUNNING = "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
 SANDBOX_FAILED = "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
+# how long a sandbox outlives episode_wall_sec (the verifier's run, the batch's last turns); then it is stopped
+WALL_GRACE_SEC = 600.0
 
 
 @dataclass
@@ -229,7 +231,7 @@ class TaskEnvironment:
         started = time.monotonic()
         config = SandboxConfig(environment_dir=self._task / "environment", workdir=TaskFolder.of(self._task).workdir,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
-                               wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
+                               wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC, max_output_bytes=1 << 20)
         box = BlockingSandbox(config)
         try:
             box.start()

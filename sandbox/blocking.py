@@ -8,6 +8,7 @@ and the thread. How: docs/sandbox.md#inside-the-modules.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Coroutine
@@ -54,6 +55,8 @@ class BlockingSandbox:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()
+        except concurrent.futures.CancelledError:  # close() ended it: the sandbox is gone under this call
+            raise SandboxError("the sandbox was closed while this call ran") from None
         except BaseException:
             # interrupted here (KeyboardInterrupt, ...): cancel the call, which kills its process group
             future.cancel()
@@ -114,6 +117,21 @@ class BlockingSandbox:
             self._call(self.sandbox.stop())
         finally:
             self._closed = True
+            try:  # calls of other threads still on the loop: theirs must end before it stops, or they wait forever
+                asyncio.run_coroutine_threadsafe(_settle(), self._loop).result()
+            except RuntimeError:  # the loop is not running
+                pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
+
+
+async def _settle(grace: float = 5.0) -> None:
+    """Give the loop's other tasks (calls of other threads, their processes killed by stop) `grace` seconds to
+    return what they got, then cancel the rest: their callers get SandboxError."""
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=grace)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
