@@ -1,9 +1,10 @@
-"""Loopback servers: a free port, waiting for `/health`, stopping a server's process group.
+"""Loopback servers: a free port, waiting for `/health`, stopping a server's process group; a bind that needs a token.
 Runs in: the training venv (standard library only); in the process that starts a server (eval, rewards, tests).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -17,6 +18,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to `host` is reachable from this machine only: every address the name resolves to is
+    a loopback one (127.0.0.0/8, ::1, `localhost`). `0.0.0.0`, `::`, an empty host, a network address are not."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP) if host else []
+        return bool(found) and all(ipaddress.ip_address(info[4][0].partition("%")[0]).is_loopback for info in found)
+    except (OSError, UnicodeError, ValueError):
+        return False
+
+
+def token_needed(host: str, token: str | None, token_env: str, serves: str) -> str | None:
+    """The one line that refuses a server reachable from other machines without a bearer token (the repository's
+    servers: episodes.server, rewards.server), or None when `host` is loopback or a token is set. `serves`: what
+    anyone who reached it could make it do."""
+    if token or is_loopback(host):
+        return None
+    return (f"--host {host} can be reached from other machines, and this server {serves}: give it a bearer token "
+            f"(--auth_token T, or ${token_env}) and its clients the same, or bind to 127.0.0.1")
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen | None, timeout: float,

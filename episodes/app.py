@@ -7,7 +7,7 @@ Runs in: the episode server's process (training venv); the paths are the package
     POST /close_session  {resources_session_id}                   -> {closed, counts}
     POST /keepalive      {resources_session_ids: [...]}           -> {renewed, unknown}
     GET  /health         (open)                                   -> live sessions, capacity, counts by kind
-Status codes, the guard and the thread pool: docs/agentic-grpo.md ("Sandboxes on other nodes").
+Status codes, the guard, the caps and the thread pools: docs/agentic-grpo.md ("Sandboxes on other nodes").
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from fastapi import FastAPI, Request
 from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
 from episodes import BASH, CLOSE_SESSION, HEALTH, KEEPALIVE, SEED_SESSION, VERIFY
-from episodes.sessions import AtCapacity, EpisodeSessions
+from episodes.local import WALL_GRACE_SEC
+from episodes.sessions import AtCapacity, EpisodeSessions, LimitCaps
 
 logger = logging.getLogger("episodes")
 
@@ -39,20 +40,61 @@ class EpisodeServerConfig:
     auth_token: str | None = None
     max_body_bytes: int = 4 << 20
     log_level: str = "info"
+    caps: LimitCaps = field(default_factory=LimitCaps)  # the most a seed's limits may ask for (--max_<key>)
+    wall_grace_sec: float = WALL_GRACE_SEC  # a session ends episode_wall_sec + this after its seed
+
+
+WAITING_CALLS = 4  # per session, beyond the one running (a /verify retried while the first runs); more get 429
+
+
+class SessionBusy(Exception):
+    """More calls on one session than one running and WAITING_CALLS waiting (HTTP 429)."""
+
+
+class SessionTurns:
+    """One call at a time per session; the others wait their turn in the event loop, holding no thread, and at
+    most `waiting` of them: a client's pile of calls on its own session never takes the threads of other
+    sessions' calls, of the seeds or of the reaper."""
+
+    def __init__(self, waiting: int):
+        self.waiting = waiting
+        self._turns: dict[str, list] = {}  # session id -> [asyncio.Lock, calls running or waiting]
+
+    @asynccontextmanager
+    async def turn(self, session_id: str):
+        entry = self._turns.setdefault(session_id, [asyncio.Lock(), 0])
+        if entry[1] > self.waiting:
+            raise SessionBusy(f"session {session_id} has a call running and {entry[1] - 1} waiting: one call at a "
+                              "time per session")
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._turns[session_id]
 
 
 def create_app(config: EpisodeServerConfig) -> FastAPI:
-    sessions = EpisodeSessions(config.tasks, config.max_sessions, config.lease_sec)
-    pool = ThreadPoolExecutor(config.max_sessions + 8, thread_name_prefix="episode")
+    sessions = EpisodeSessions(config.tasks, config.max_sessions, config.lease_sec, config.caps,
+                               config.wall_grace_sec)
+    # three pools, so that no work waits behind another kind: seeds (at most max_sessions start at once, the rest
+    # are refused at capacity), session calls (one at a time per session: SessionTurns; room for the calls of
+    # sessions ended under them), and the reaper's sweeps
+    seed_pool = ThreadPoolExecutor(config.max_sessions, thread_name_prefix="episode-seed")
+    call_pool = ThreadPoolExecutor(2 * config.max_sessions + 4, thread_name_prefix="episode-call")
+    reaper_pool = ThreadPoolExecutor(1, thread_name_prefix="episode-reaper")
+    turns = SessionTurns(WAITING_CALLS)
 
-    async def blocking(fn, *args):
+    async def blocking(pool, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     async def reaper():
         while True:
             await asyncio.sleep(max(0.2, min(5.0, config.lease_sec / 4)))
             try:
-                await blocking(sessions.reap)
+                await blocking(reaper_pool, sessions.reap)
             except Exception:  # a teardown that failed must not stop the next sweep
                 logger.exception("reaping idle sessions")
 
@@ -61,10 +103,11 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
         task = asyncio.create_task(reaper())
         yield
         task.cancel()
-        closed = await blocking(sessions.close_all)
+        closed = await blocking(reaper_pool, sessions.close_all)
         if closed:
             logger.info("shutdown: %d live session(s) closed, their sandboxes torn down", closed)
-        pool.shutdown(wait=True)
+        for pool in (seed_pool, call_pool, reaper_pool):
+            pool.shutdown(wait=True)
 
     app = FastAPI(title="terminal-recipes episode server", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -75,13 +118,19 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
         missing = [key for key in required if problem is None and key not in body]
         return body, problem or (error(422, f"{missing[0]}: Field required") if missing else None)
 
-    async def run(request: Request, call) -> JSONOut:
-        """A session call in the pool; refusals as 4xx (404, 409, 422, 429), anything else a logged 500."""
+    async def run(request: Request, call, pool=call_pool, session_id=None) -> JSONOut:
+        """A call in its pool, a session's in its turn; refusals as 4xx (404, 409, 422, 429), anything else a
+        logged 500. A call whose client left while it waited for its turn is not run."""
         try:
-            return JSONOut(await blocking(call))
+            if not isinstance(session_id, str):
+                return JSONOut(await blocking(pool, call))
+            async with turns.turn(session_id):
+                if await request.is_disconnected():
+                    return error(499, "the client closed the connection before the call's turn: not run")
+                return JSONOut(await blocking(pool, call))
         except RequestError as err:
             return error(err.status, err.message)
-        except AtCapacity as err:
+        except (AtCapacity, SessionBusy) as err:
             return JSONOut({"detail": str(err)}, status_code=429, headers={"retry-after": "1"})
         except Exception as err:
             logger.exception("internal error in %s", request.url.path)
@@ -101,7 +150,7 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             return error(422, "limits: must be an object of EpisodeLimits fields")
         if digest is not None and not isinstance(digest, str):
             return error(422, "task_digest: must be a string")
-        return await run(request, lambda: sessions.seed(body["task_id"], limits, digest))
+        return await run(request, lambda: sessions.seed(body["task_id"], limits, digest), seed_pool)
 
     @app.post(BASH)
     async def bash(request: Request):
@@ -110,20 +159,23 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             return problem
         if not isinstance(body["command"], str):
             return error(422, f"command: must be a string, not {type(body['command']).__name__}")
-        return await run(request, lambda: sessions.bash(body["resources_session_id"], body["command"]))
+        session_id = body["resources_session_id"]
+        return await run(request, lambda: sessions.bash(session_id, body["command"]), session_id=session_id)
 
     @app.post(VERIFY)
     async def verify(request: Request):
         body, problem = await read(request, "resources_session_id")
         if problem is not None:
             return problem
-        return await run(request, lambda: sessions.verify(body["resources_session_id"]))
+        session_id = body["resources_session_id"]
+        return await run(request, lambda: sessions.verify(session_id), session_id=session_id)
 
     @app.post(CLOSE_SESSION)
     async def close_session(request: Request):
         body, problem = await read(request, "resources_session_id")
         if problem is not None:
             return problem
+        # not in the session's turn: closing ends a running command (its sandbox stopped), it does not wait for it
         return await run(request, lambda: sessions.close(body["resources_session_id"]))
 
     @app.post(KEEPALIVE)

@@ -27,24 +27,26 @@ from common.bash_harness import (
     harness_prompt,
     timeout_message,
 )
+from harbor_tasks.evidence import TESTS_DIR, VerifierWatch
 from harbor_tasks.folder import TaskFolder
 from harbor_tasks.verdict import (
     AGENT_FAILURE,
-    READ_VERIFIER_FILES,
-    TEST_STDOUT,
     VERIFIER_DIR,
     Verdict,
     infra_failure,
     judge_verifier_run,
-    parse_verifier_files,
 )
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
 LIMIT_OUTCOMES = ("zero", "mask")
+TAMPER_OUTCOMES = ("zero", "mask")  # an episode with tamper evidence (harbor_tasks.verdict.TAMPER_KINDS)
+TAMPERED = "tampered"                # its kind among the not-scored ones, under tamper_outcome "mask"
 # what the policy reads when its sandbox is gone (here, or on an episode server: episodes/remote.py)
 NOT_RUNNING = "error: the sandbox is not running (an infrastructure failure: this episode is not scored)"
 SANDBOX_FAILED = "error: the sandbox failed (an infrastructure failure: this episode is not scored)"
+# how long a sandbox outlives episode_wall_sec (the verifier's run, the batch's last turns); then it is stopped
+WALL_GRACE_SEC = 600.0
 
 
 @dataclass
@@ -56,12 +58,15 @@ class EpisodeLimits:
     episode_wall_sec: float = 300.0        # the whole episode; later calls are refused and the episode ends
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS  # of one call's output returned to the model (head and tail)
     limit_outcome: str = "zero"            # an episode ended by episode_wall_sec: "zero" (scored 0) or "mask"
+    tamper_outcome: str = "zero"           # one whose agent touched the verifier's run: "zero" (scored 0) or "mask"
     memory_mb: int = 1024
     storage_mb: int = 1024
 
     def __post_init__(self):
         if self.limit_outcome not in LIMIT_OUTCOMES:
             raise ValueError(f"limit_outcome {self.limit_outcome!r}: one of {', '.join(LIMIT_OUTCOMES)}")
+        if self.tamper_outcome not in TAMPER_OUTCOMES:
+            raise ValueError(f"tamper_outcome {self.tamper_outcome!r}: one of {', '.join(TAMPER_OUTCOMES)}")
         for key in ("command_timeout_sec", "episode_wall_sec", "max_output_chars", "memory_mb", "storage_mb"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key} must be positive, not {getattr(self, key)!r}")
@@ -76,6 +81,7 @@ class EpisodeStats:
     passed: int = 0
     agent_failures: int = 0                # scored 0: the verifier timed out or wrote no reward (as Harbor scores them)
     masked_by_kind: Counter = field(default_factory=Counter)
+    tampered_by_kind: Counter = field(default_factory=Counter)  # episodes with tamper evidence, per kind
     ended_by_limit: int = 0
     tool_calls: int = 0
     tool_errors: int = 0                   # calls that timed out or exited non-zero
@@ -92,10 +98,15 @@ class EpisodeStats:
         with self._lock:
             self.masked_by_kind[kind] += 1
 
+    def tampered(self, kinds: list[str]):
+        with self._lock:
+            self.tampered_by_kind.update(kinds)
+
     def counts(self) -> dict:
         """What episodes added beyond being started (no timings): what an episode server reports per episode."""
         with self._lock:
-            return {**{key: getattr(self, key) for key in _COUNTS}, "masked_by_kind": dict(self.masked_by_kind)}
+            return {**{key: getattr(self, key) for key in _COUNTS}, "masked_by_kind": dict(self.masked_by_kind),
+                    "tampered_by_kind": dict(self.tampered_by_kind)}
 
     def merge(self, counts: dict) -> None:
         """Add another's `counts()` (an episode run elsewhere: an episode server's session)."""
@@ -103,6 +114,7 @@ class EpisodeStats:
             for key in _COUNTS:
                 setattr(self, key, getattr(self, key) + int(counts.get(key, 0)))
             self.masked_by_kind.update({kind: int(n) for kind, n in counts.get("masked_by_kind", {}).items()})
+            self.tampered_by_kind.update({kind: int(n) for kind, n in counts.get("tampered_by_kind", {}).items()})
 
     def as_dict(self) -> dict:
         with self._lock:
@@ -110,6 +122,8 @@ class EpisodeStats:
             return {"episodes": self.episodes, "scored": self.scored, "passed": self.passed,
                     "pass_rate": round(self.passed / self.scored, 4) if self.scored else None,
                     "masked": sum(self.masked_by_kind.values()), "masked_by_kind": dict(self.masked_by_kind),
+                    "tampered": sum(self.tampered_by_kind.values()),
+                    "tampered_by_kind": dict(self.tampered_by_kind),
                     "agent_failures": self.agent_failures, "ended_by_limit": self.ended_by_limit,
                     "tool_calls": self.tool_calls,
                     "tool_errors": self.tool_errors, "sandbox_start_seconds_mean": mean(self.start_seconds),
@@ -141,6 +155,7 @@ class TaskEnvironment:
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
         self._box: BlockingSandbox | None = None
+        self._watch: VerifierWatch | None = None
         self._task: Path | None = None
         self._failure: str | None = None   # an infrastructure kind (harbor_tasks.verdict.INFRA_KINDS) once unscorable
         self._unscored: tuple[str, str] | None = None  # (kind, detail) of an episode that is not scored
@@ -216,15 +231,16 @@ class TaskEnvironment:
         started = time.monotonic()
         config = SandboxConfig(environment_dir=self._task / "environment", workdir=TaskFolder.of(self._task).workdir,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
-                               wall_sec=self._limits.episode_wall_sec + 600, max_output_bytes=1 << 20)
+                               wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC, max_output_bytes=1 << 20)
         box = BlockingSandbox(config)
         try:
             box.start()
+            watch = VerifierWatch(box.root, box.command_path())  # the environment as built, before the agent
         except (SandboxError, OSError) as err:
             box.close()
             self._fail(infra_failure(err))
             return
-        self._box = box
+        self._box, self._watch = box, watch
         self._started = time.monotonic()
         self._stats.start_seconds.append(self._started - started)
 
@@ -260,31 +276,51 @@ class TaskEnvironment:
         task = TaskFolder.of(self._task)
         timeout = task.verifier_timeout_sec
         started = time.monotonic()
-        timed_out = False
+        timed_out, output, watch = False, "", self._watch
         try:
-            # the agent's files under /logs/verifier never count: the folder is emptied, then the tests uploaded
-            self._box.exec(f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} /tests", timeout_sec=30)
-            self._box.upload_dir(self._task / "tests", "/tests")
+            # what the agent did to the verifier's paths is recorded (harbor_tasks.evidence), then the folder is made
+            # fresh and the tests uploaded; the output is the harness's capture, the reward read from the host
+            watch.check_paths()
+            self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}",
+                           timeout_sec=30)
+            self._box.upload_dir(self._task / "tests", TESTS_DIR)
+            watch.expect_tests([self._task / "tests"])
+            watch.before_verifier()
             mark = self._box.network_mark()
             try:
-                self._box.exec(f"bash /tests/test.sh > {VERIFIER_DIR}/{TEST_STDOUT} 2>&1", timeout_sec=timeout)
+                # as Harbor runs it: the script itself (its shebang's interpreter, not a bash looked up on PATH)
+                output = self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh; "
+                                        f"{TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
             except SandboxExecTimeoutError:
                 timed_out = True
-            files = self._box.exec(READ_VERIFIER_FILES, cwd="/", timeout_sec=30)
+            reward_json, reward_txt = watch.after_verifier()
             verifier_names = self._box.names_asked(mark, commands_only=True)
             agent_names = self._box.names_asked(0, until=mark)
         except (SandboxError, OSError) as err:
+            watch.abandon()
             return self._fail(infra_failure(err, "sandbox"))
         finally:
             self._stats.verify_seconds.append(time.monotonic() - started)
-        # the same verdict the eval side reaches from the same files (harbor_tasks.verdict); the sandbox has no
+        # the same verdict the eval side reaches from the same evidence (harbor_tasks.verdict); the sandbox has no
         # network, so a task that declares internet and an agent that asked for names is the missing network's
-        verdict = judge_verifier_run(*parse_verifier_files(files.stdout), timed_out=timed_out,
+        verdict = judge_verifier_run(reward_json, reward_txt, output, timed_out=timed_out,
                                      verifier_names=verifier_names, agent_names=agent_names,
-                                     internet_allowed=task.internet_declared)
+                                     internet_allowed=task.internet_declared, tamper=watch.tamper,
+                                     absent_tools=watch.absent_tools)
         self._verdict = verdict
         if verdict.infra_kind is not None:
             return self._fail(verdict)
+        if verdict.tamper:
+            self._stats.tampered(verdict.tamper_kinds)
+            detail = "; ".join(f"{kind}: {what}" for kind, what in verdict.tamper)
+            logging.getLogger(__name__).warning("episode tampered with its verifier's run: %s: %s (%s)", self._task,
+                                                detail, self._limits.tamper_outcome)
+            if self._limits.tamper_outcome == "mask":
+                self._stats.mask(TAMPERED)
+                self._unscored = (TAMPERED, detail)
+                return None
+            self._stats.add(scored=1)
+            return 0.0
         self._stats.add(scored=1, passed=int(verdict.passed), agent_failures=int(verdict.outcome == AGENT_FAILURE))
         return verdict.score
 
@@ -306,7 +342,7 @@ class TaskEnvironment:
             self._ready()
         except Exception:  # a start that failed outside the sandbox's own errors: nothing to stop
             pass
-        box, self._box = self._box, None
+        box, self._box, self._watch = self._box, None, None
         if box is None:
             return
         if wait:
@@ -325,12 +361,14 @@ def task_prompt(task: Path) -> list[dict]:
 
 def episode_reward(env: TaskEnvironment) -> float | None:
     """The episode's reward from the task's tests (run once; the sandbox is stopped after), or None when it is not
-    scored (an infrastructure failure, or a limit with limit_outcome "mask")."""
+    scored (an infrastructure failure, or a limit with limit_outcome "mask", or tamper evidence with tamper_outcome
+    "mask"); 0 for an episode with tamper evidence under tamper_outcome "zero"."""
     return env._verify()
 
 
 def episode_failure(env: TaskEnvironment) -> tuple[str, str] | None:
-    """Why the episode is not scored, `(kind, detail)` (an infrastructure kind or "episode_wall_sec"), or None."""
+    """Why the episode is not scored, `(kind, detail)` (an infrastructure kind, "episode_wall_sec" or "tampered"), or
+    None."""
     return env._unscored
 
 

@@ -2,8 +2,9 @@
 Runs in: its own process, in the training venv (.venv, Python >= 3.11).
 
     python -m episodes.server --tasks DIR [DIR ...] [--host H] [--port 8200] [--max_sessions 32] [--lease_sec 120]
-                              [--auth_token T]
+                              [--auth_token T] [--max_memory_mb 16384 ...]
 Tasks go by folder name under --tasks; the trainer sends each task's digest and a copy that differs is refused.
+A host other machines can reach needs a token (--auth_token or $EPISODE_SERVER_TOKEN); client limits are capped.
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
+from common.net import token_needed
 from episodes import TOKEN_ENV
 from episodes.app import EpisodeServerConfig
+from episodes.local import WALL_GRACE_SEC
+from episodes.sessions import LimitCaps
+
+_CAPPED = {  # what each of a seed's limits is (episodes.local.EpisodeLimits), for --max_<key>'s help
+    "command_timeout_sec": "seconds of one bash call", "episode_wall_sec": "seconds of a whole episode",
+    "max_output_chars": "characters of one call's output returned", "memory_mb": "MiB of a sandbox's memory",
+    "storage_mb": "MiB of a sandbox's writable storage"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease_sec", type=float, default=120.0, help=(
         "a session with no call (and no keepalive from its trainer) for this long is closed unverified and its "
         "sandbox torn down (default 120)"))
-    p.add_argument("--auth_token", help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV})")
+    p.add_argument("--auth_token", help=(
+        f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); needed unless --host is loopback"))
+    for item in fields(LimitCaps):
+        p.add_argument(LimitCaps.flag(item.name), type=type(item.default), default=item.default, help=(
+            f"cap on a seed's limits.{item.name} ({_CAPPED[item.name]}): more is refused, 422 naming it "
+            f"(default {item.default:g})"))
+    p.add_argument("--wall_grace_sec", type=float, default=WALL_GRACE_SEC, help=(
+        "a session ends this long after its episode_wall_sec, whatever its keepalives and calls (default "
+        f"{WALL_GRACE_SEC:g}: as long as an in-process episode's sandbox outlives its wall)"))
     p.add_argument("--max_body_bytes", type=int, default=4 << 20, help="largest request body (default 4 MiB)")
     p.add_argument("--log_level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -52,10 +70,18 @@ def resolve(argv: list[str] | None = None) -> EpisodeServerConfig:
         raise SystemExit(_fail(f"--tasks: {', '.join(missing)} is not a folder (give folders of Harbor task folders)"))
     if args.max_sessions < 1 or args.lease_sec <= 0 or args.max_body_bytes < 1024:
         raise SystemExit(_fail("--max_sessions must be at least 1, --lease_sec positive, --max_body_bytes >= 1024"))
+    caps = LimitCaps(**{item.name: getattr(args, LimitCaps.flag(item.name)[2:]) for item in fields(LimitCaps)})
+    bad = [LimitCaps.flag(item.name) for item in fields(LimitCaps) if not getattr(caps, item.name) > 0]
+    if bad or args.wall_grace_sec < 0:
+        raise SystemExit(_fail(f"{', '.join(bad) or '--wall_grace_sec'} must be positive"))
+    token = args.auth_token or os.environ.get(TOKEN_ENV) or None
+    refused = token_needed(args.host, token, TOKEN_ENV, "runs the commands it is sent")
+    if refused:
+        raise SystemExit(_fail(refused))
     return EpisodeServerConfig(tasks=[root.resolve() for root in args.tasks], host=args.host, port=args.port,
-                               max_sessions=args.max_sessions, lease_sec=args.lease_sec,
-                               auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
-                               max_body_bytes=args.max_body_bytes, log_level=args.log_level)
+                               max_sessions=args.max_sessions, lease_sec=args.lease_sec, auth_token=token,
+                               max_body_bytes=args.max_body_bytes, log_level=args.log_level, caps=caps,
+                               wall_grace_sec=args.wall_grace_sec)
 
 
 def _fail(message: str) -> int:
@@ -71,9 +97,10 @@ def main(argv: list[str] | None = None) -> None:
 
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("episodes").info(
-        "serving episodes of the tasks under %s on http://%s:%d (at most %d sessions, lease %g s; auth: %s)",
+        "serving episodes of the tasks under %s on http://%s:%d (at most %d sessions, lease %g s; caps %s; auth: %s)",
         ", ".join(map(str, config.tasks)), config.host, config.port, config.max_sessions, config.lease_sec,
-        "bearer token" if config.auth_token else "none")
+        ", ".join(f"{key} {value:g}" for key, value in vars(config.caps).items()),
+        "bearer token" if config.auth_token else "none (loopback only)")
     uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=config.log_level,
                 access_log=False, timeout_graceful_shutdown=30)
 

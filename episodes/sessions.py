@@ -2,8 +2,9 @@
 Runs in: the episode server's process (training venv); no HTTP here (episodes/app.py), every method blocks.
 
 A session lives from `seed` to `verify` (scored or not, the sandbox stopped) or to `close`; every call and
-`keepalive` renew its lease, and `reap` ends one idle past `lease_sec` as `close` would. Verified answers are kept
-for a lease, so a retried /verify gets the same one.
+`keepalive` renew its lease, and `reap` ends one without either for `lease_sec`, or past its deadline, busy or not
+(its sandbox stopped under a running command). Client limits above the caps are refused. Verified answers are
+kept for a lease, so a retried /verify gets the same one.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from common.errors import RequestError
 from common.stats import percentile
-from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, end_episode, episode_failure, episode_reward
+from episodes.local import (
+    WALL_GRACE_SEC,
+    EpisodeLimits,
+    EpisodeStats,
+    TaskEnvironment,
+    end_episode,
+    episode_failure,
+    episode_reward,
+)
 from harbor_tasks.folder import TaskFolder, is_task
 
 logger = logging.getLogger("episodes")
@@ -32,25 +41,52 @@ class AtCapacity(Exception):
     """Every session slot is taken (HTTP 429)."""
 
 
+@dataclass(frozen=True)
+class LimitCaps:
+    """The most one session's limits (episodes.local.EpisodeLimits) may ask for: the server's `--max_<key>` flags.
+    A seed asking for more is refused (422) naming the key and the cap, not clamped: the run asked for that limit."""
+
+    command_timeout_sec: float = 1800.0
+    episode_wall_sec: float = 7200.0
+    max_output_chars: int = 65536
+    memory_mb: int = 16384
+    storage_mb: int = 32768
+
+    @staticmethod
+    def flag(key: str) -> str:
+        return "--max_" + key.removeprefix("max_")
+
+    def check(self, limits: EpisodeLimits) -> None:
+        for item in fields(self):
+            value, cap = getattr(limits, item.name), getattr(self, item.name)
+            if value > cap:
+                flag = self.flag(item.name)
+                raise RequestError(f"limits.{item.name}: {_number(value)} is over this server's cap, {_number(cap)} "
+                                   f"({flag}); ask for less, or start the server with a larger {flag}", 422, "limits")
+
+
 @dataclass
 class Session:
     id: str
     task: str
     env: TaskEnvironment
     stats: EpisodeStats
-    last_used: float
+    last_used: float              # the last call's start or end, or keepalive: the lease runs from it
+    deadline: float               # seeded + episode_wall_sec + the wall grace: ended then, whatever the keepalives
     lock: threading.Lock = field(default_factory=threading.Lock)
-    busy: int = 0                 # calls in progress (a busy session never expires)
     answer: dict | None = None    # the /verify answer, once verified
-    ended: str | None = None      # "verified", "closed", "expired", "shutdown"
+    ended: str | None = None      # "verified", "closed", "expired", "past_deadline", "shutdown"
 
 
 class EpisodeSessions:
-    def __init__(self, task_roots: list[Path], max_sessions: int = 32, lease_sec: float = 120.0):
+    def __init__(self, task_roots: list[Path], max_sessions: int = 32, lease_sec: float = 120.0,
+                 caps: LimitCaps | None = None, wall_grace_sec: float = WALL_GRACE_SEC):
         self.task_roots = [Path(root) for root in task_roots]
         self.max_sessions, self.lease_sec = max_sessions, lease_sec
+        self.caps, self.wall_grace_sec = caps or LimitCaps(), wall_grace_sec
         self.totals = EpisodeStats()          # every episode this server ran
-        self.events: Counter = Counter()      # opened, start_failed, verified, closed, expired, refused_at_capacity
+        # opened, start_failed, verified, closed, expired, past_deadline, shutdown, refused_at_capacity
+        self.events: Counter = Counter()
         self._live: dict[str, Session] = {}
         self._ended: dict[str, tuple[float, Session]] = {}  # kept a lease: a late call gets a precise answer
         self._starting = 0
@@ -59,7 +95,8 @@ class EpisodeSessions:
     # --- the episode ------------------------------------------------------------------------------------------
     def seed(self, task_id: str, limits: dict | None = None, digest: str | None = None) -> dict:
         """Start an episode of the task named `task_id` under the task roots. RequestError: unknown task (404), a
-        copy that differs from the trainer's (409), bad limits (422); AtCapacity when every slot is taken."""
+        copy that differs from the trainer's (409), bad limits or limits over the caps (422); AtCapacity when every
+        slot is taken."""
         task = self.find_task(task_id)
         if digest is not None and digest != TaskFolder.of(task).digest:
             raise RequestError(f"task_id {task_id!r}: this server's copy ({task}) differs from the trainer's "
@@ -69,6 +106,7 @@ class EpisodeSessions:
             episode_limits = EpisodeLimits(**(limits or {}))
         except (TypeError, ValueError) as err:
             raise RequestError(f"limits: {err}", 422, "limits") from None
+        self.caps.check(episode_limits)
         with self._lock:
             if len(self._live) + self._starting >= self.max_sessions:
                 self.events["refused_at_capacity"] += 1
@@ -89,17 +127,19 @@ class EpisodeSessions:
             self.totals.merge(stats.counts())
             return {"resources_session_id": None, "task_id": task_id, "reward": None, "failure_kind": failure[0],
                     "failure_reason": failure[1]}
-        session = Session(uuid.uuid4().hex, task_id, env, stats, time.monotonic())
+        now, lifetime = time.monotonic(), episode_limits.episode_wall_sec + self.wall_grace_sec
+        session = Session(uuid.uuid4().hex, task_id, env, stats, now, now + lifetime)
         with self._lock:
             self._live[session.id] = session
             self.events["opened"] += 1
         return {"resources_session_id": session.id, "task_id": task_id, "lease_sec": self.lease_sec,
-                "verifier_timeout_sec": TaskFolder.of(task).verifier_timeout_sec,
+                "deadline_sec": lifetime, "verifier_timeout_sec": TaskFolder.of(task).verifier_timeout_sec,
                 "start_seconds": round(stats.start_seconds[-1], 4) if stats.start_seconds else None}
 
     def bash(self, session_id: str, command: str) -> dict:
         with self._use(session_id) as session:
-            return {"output": session.env.bash(command)}
+            output = session.env.bash(command)
+        return {"output": output}
 
     def verify(self, session_id: str) -> dict:
         """The episode's reward by its tests (TaskEnvironment's verification: the sandbox is stopped after), or
@@ -113,27 +153,26 @@ class EpisodeSessions:
                 started = time.monotonic()
                 reward = episode_reward(session.env)
                 failure = episode_failure(session.env) if reward is None else None
-                session.answer = {"resources_session_id": session.id, "task_id": session.task, "reward": reward,
-                                  "failure_kind": failure[0] if failure else None,
-                                  "failure_reason": failure[1] if failure else None,
-                                  "verify_seconds": round(time.monotonic() - started, 4),
-                                  "counts": session.stats.counts()}
-                self._end(session, "verified")
-            return session.answer
+                self._end(session, "verified", {
+                    "resources_session_id": session.id, "task_id": session.task, "reward": reward,
+                    "failure_kind": failure[0] if failure else None, "failure_reason": failure[1] if failure else None,
+                    "verify_seconds": round(time.monotonic() - started, 4), "counts": session.stats.counts()})
+            answer = session.answer
+        return answer
 
     def close(self, session_id: str) -> dict:
-        """Stop the episode unverified (idempotent). Its counts (tool calls) go with the answer; a session
-        already verified answers `closed: false` and no counts (they went with /verify)."""
+        """Stop the episode unverified (idempotent), at once: a command still running dies with the sandbox and its
+        call answers 404. Its counts (tool calls) go with the answer; a session already ended answers
+        `closed: false` and no counts (a verified one's went with /verify)."""
         with self._lock:
-            done = self._ended.get(session_id)
+            done = self._ended.get(session_id) if isinstance(session_id, str) else None
         if done is not None:
             return {"resources_session_id": session_id, "closed": False, "ended": done[1].ended, "counts": {}}
-        with self._use(session_id) as session:
-            if session.ended is not None:
-                return {"resources_session_id": session_id, "closed": False, "ended": session.ended, "counts": {}}
-            end_episode(session.env)
-            self._end(session, "closed")
-            return {"resources_session_id": session_id, "closed": True, "counts": session.stats.counts()}
+        session = self._live_session(session_id)
+        if not self._end(session, "closed"):
+            return {"resources_session_id": session_id, "closed": False, "ended": session.ended, "counts": {}}
+        end_episode(session.env)
+        return {"resources_session_id": session_id, "closed": True, "counts": session.stats.counts()}
 
     def keepalive(self, session_ids: list[str]) -> dict:
         """Renew the leases of these sessions (the trainer's keepalive thread); unknown ones are listed."""
@@ -149,30 +188,30 @@ class EpisodeSessions:
 
     # --- leases and shutdown ------------------------------------------------------------------------------------
     def reap(self) -> list[str]:
-        """Expire the sessions idle past the lease (closed unverified, sandbox torn down); forget ended ones."""
+        """End the sessions past their lease (no call or keepalive for `lease_sec`) or past their deadline, busy
+        or not: closed unverified, sandbox torn down, a running command with it. Forget those ended a lease ago."""
         now = time.monotonic()
         with self._lock:
-            idle = [s for s in self._live.values() if s.busy == 0 and now - s.last_used > self.lease_sec]
-            for session in idle:
-                del self._live[session.id]
+            due = [(s, "past_deadline" if now >= s.deadline else "expired") for s in self._live.values()
+                   if now >= s.deadline or now - s.last_used > self.lease_sec]
             for session_id in [k for k, (at, _) in self._ended.items() if now - at > self.lease_sec]:
                 del self._ended[session_id]
-        for session in idle:
-            end_episode(session.env)
-            self._end(session, "expired")
-            logger.warning("session %s (%s) expired after %g s without a call: its sandbox is torn down",
-                           session.id, session.task, self.lease_sec)
-        return [session.id for session in idle]
+        ended = [session for session, how in due if self._end(session, how)]
+        _teardown(ended)
+        for session in ended:
+            logger.warning("session %s (%s) %s: its sandbox is torn down", session.id, session.task,
+                           f"expired after {self.lease_sec:g} s without a call or keepalive"
+                           if session.ended == "expired" else "passed its deadline (episode_wall_sec + "
+                           f"{self.wall_grace_sec:g} s after its seed)")
+        return [session.id for session in ended]
 
     def close_all(self) -> int:
         """Tear down every live sandbox (server shutdown), in parallel."""
         with self._lock:
-            live, self._live = list(self._live.values()), {}
-        with ThreadPoolExecutor(max(1, min(32, len(live)))) as pool:
-            list(pool.map(end_episode, [session.env for session in live]))
-        for session in live:
-            self._end(session, "shutdown")
-        return len(live)
+            live = list(self._live.values())
+        ended = [session for session in live if self._end(session, "shutdown")]
+        _teardown(ended)
+        return len(ended)
 
     # --- reading --------------------------------------------------------------------------------------------
     def find_task(self, task_id) -> Path:
@@ -196,12 +235,12 @@ class EpisodeSessions:
             episodes[f"{name}_p90"] = round(percentile(ordered, 90), 3) if ordered else None
             episodes[f"{name}_max"] = round(ordered[-1], 3) if ordered else None
         return {"status": "ok", "live_sessions": live, "starting": starting, "max_sessions": self.max_sessions,
-                "lease_sec": self.lease_sec, "tasks": [str(root) for root in self.task_roots],
-                "sessions": dict(self.events), "episodes": episodes}
+                "lease_sec": self.lease_sec, "wall_grace_sec": self.wall_grace_sec, "caps": asdict(self.caps),
+                "tasks": [str(root) for root in self.task_roots], "sessions": dict(self.events),
+                "episodes": episodes}
 
     # --- internals ------------------------------------------------------------------------------------------
-    @contextmanager
-    def _use(self, session_id):
+    def _live_session(self, session_id) -> Session:
         if not isinstance(session_id, str):
             raise RequestError("resources_session_id must be a string", 422, "resources_session_id")
         with self._lock:
@@ -209,30 +248,66 @@ class EpisodeSessions:
             if session is None:
                 raise RequestError(f"no live session {session_id}: {self._why_not(session_id)}", 404,
                                    "resources_session_id")
-            session.busy += 1
+            session.last_used = time.monotonic()
+            return session
+
+    @contextmanager
+    def _use(self, session_id):
+        """The live session, one call at a time. A session ended under the call (closed, expired, past its
+        deadline: its sandbox stopped) makes the call a 404 saying so, whatever the dying sandbox returned."""
+        session = self._live_session(session_id)
         try:
             with session.lock:
+                self._still_live(session)
                 yield session
+        except RequestError:
+            raise
+        except Exception:
+            self._still_live(session)
+            raise
         finally:
+            session.last_used = time.monotonic()
+        self._still_live(session)
+
+    def _still_live(self, session: Session) -> None:
+        if session.ended not in (None, "verified"):
             with self._lock:
-                session.busy -= 1
-                session.last_used = time.monotonic()
+                why = self._why_not(session.id)
+            raise RequestError(f"no live session {session.id}: {why}", 404, "resources_session_id")
 
     def _why_not(self, session_id: str) -> str:  # called with the lock held
         done = self._ended.get(session_id)
         if done is None:
             return "unknown here (never opened, ended over a lease ago, or the server restarted)"
         if done[1].ended == "expired":
-            return f"it expired (no call for over the {self.lease_sec:g} s lease) and its sandbox is torn down"
+            return (f"it expired (no call or keepalive for over the {self.lease_sec:g} s lease) and its sandbox is "
+                    "torn down")
+        if done[1].ended == "past_deadline":
+            return (f"it passed its deadline (episode_wall_sec + {self.wall_grace_sec:g} s after its seed) and its "
+                    "sandbox is torn down")
         return f"it was {done[1].ended}"
 
-    def _end(self, session: Session, how: str) -> None:
+    def _end(self, session: Session, how: str, answer: dict | None = None) -> bool:
+        """Mark the session ended (`how`; a verified one with its answer); False when it already was. The caller
+        stops its sandbox (verification stops its own)."""
         with self._lock:
             if session.ended is not None:
-                return
-            session.ended = how
+                return False
+            session.ended, session.answer = how, answer
             self._live.pop(session.id, None)
             self._ended[session.id] = (time.monotonic(), session)
             self.events[how] += 1
         self.totals.merge(session.stats.counts())
         self.totals.verify_seconds.extend(session.stats.verify_seconds)
+        return True
+
+
+def _teardown(sessions: list[Session]) -> None:
+    """Stop these sessions' sandboxes, in parallel (a namespace's teardown takes a second or two)."""
+    if sessions:
+        with ThreadPoolExecutor(min(32, len(sessions)), thread_name_prefix="episode-teardown") as pool:
+            list(pool.map(end_episode, [session.env for session in sessions]))
+
+
+def _number(value) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"

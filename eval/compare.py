@@ -96,12 +96,13 @@ def _suite_columns(rows: list[dict]) -> dict[str, list[str]]:
         wanted = ["mean_reward", "stderr"] + [f"pass@{k}" for k in (m.get("pass_at_k") or {})]
         if "mt_at_k" in m:
             wanted += [f"MT@{k}" for k in (m.get("mt_at_k") or {})] + ["case_score", "rounds_reached"]
-        wanted += ["n_trials"] + (["n_infra_errors"] if "n_infra_errors" in m else []) + ["errors"]
+        wanted += ["n_trials"] + (["n_infra_errors"] if "n_infra_errors" in m else []) + (
+            ["n_tampered"] if "n_tampered" in m else []) + ["errors"]
         for name in wanted:
             if name not in names:
                 names.append(name)
     order = ["mean_reward", "stderr", "pass@", "MT@", "case_score", "rounds_reached", "n_trials", "n_infra_errors",
-             "errors"]
+             "n_tampered", "errors"]
 
     def rank(name: str):
         for i, prefix in enumerate(order):

@@ -1,7 +1,8 @@
 """Read a Harbor job directory into per-trial records (no Harbor import; works on any copy of a job dir).
 Runs in: the training venv (standard library only, with harbor_tasks and eval.metrics); eval.run, eval.score, tests.
 
-Each trial becomes `{"task", "trial", "attempt", "reward", "rounds": [...], "exception", "outcome", "infra_kind"}`;
+Each trial becomes `{"task", "trial", "attempt", "reward", "rounds": [...], "exception", "outcome", "infra_kind",
+"tamper"}` (tamper: what the harness recorded of the agent touching its verifier's runs, {kind: detail});
 files that are missing or unreadable never raise. The job dir's layout and how a reward is read:
 docs/evaluation.md#reading-a-job-dir-evaljob_dirpy.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from eval import metrics as M
 from harbor_tasks.folder import TaskFolder
-from harbor_tasks.verdict import agent_started, classify, read_reward_dir, reward_from_rewards
+from harbor_tasks.verdict import agent_started, classify, read_reward_dir, read_tamper_dir, reward_from_rewards
 
 CASE_SUMMARY = re.compile(r"CASE_SUMMARY\b(?P<rest>.*)")
 _KV = re.compile(r"(total_cases|success_count)\s*=\s*(\d+)")
@@ -215,9 +216,13 @@ def read_trial(trial_dir: Path) -> dict:
     if exception is None:
         exception = next((r["exception"] for r in rounds if r["exception"]), None)
     outcome, infra_kind = classify(exception, agent_started(result))
+    tamper = read_tamper_dir(trial_dir / "verifier")
+    for step in sorted(steps_dir.iterdir()) if steps_dir.is_dir() else []:
+        for kind, detail in read_tamper_dir(step / "verifier").items():
+            tamper.setdefault(kind, f"{step.name}: {detail}")
 
     return {"task": task, "trial": trial_dir.name, "attempt": None, "reward": reward, "rounds": rounds,
-            "exception": exception, "outcome": outcome, "infra_kind": infra_kind,
+            "exception": exception, "outcome": outcome, "infra_kind": infra_kind, "tamper": tamper,
             "_started_at": (result or {}).get("started_at") or "", "_config": config}
 
 

@@ -217,6 +217,12 @@ def infra_counts(trials: Iterable[Mapping]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def tamper_counts(trials: Iterable[Mapping]) -> dict[str, int]:
+    """Trials per tamper evidence kind (a trial with several counts under each)."""
+    counts = Counter(kind for t in trials for kind in outcomes.tamper_kinds(t))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | None = None,
                     infra_errors: str = "exclude") -> dict:
     """eval_results.json's `metrics` for one suite's trials (multi-step keys only when some trial has rounds)."""
@@ -232,6 +238,9 @@ def compute_metrics(trials: Sequence[Mapping], n_rounds: Mapping[str, int] | Non
         "n_infra_errors": sum(infra.values()),
         "infra_errors": infra,
         "infra_errors_counted": "excluded" if infra_errors == "exclude" else "as 0",
+        # trials whose agent touched its verifier's run (scored as the verifier said; counted here, by kind)
+        "n_tampered": sum(1 for t in trials if outcomes.tamper_kinds(t)),
+        "tampered": tamper_counts(trials),
         "outcomes": {o: sum(1 for t in trials if outcomes.outcome_of(t)[0] == o) for o in OUTCOMES},
         "exceptions": exception_counts(trials),
     }

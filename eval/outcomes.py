@@ -1,10 +1,10 @@
-"""A trial record's outcome (scored, agent failure, infrastructure failure) as eval/metrics.py counts it.
+"""A trial record's outcome (scored, agent failure, infrastructure failure) and tamper kinds, as eval/metrics.py counts.
 Runs in: any Python >= 3.11, standard library only (eval/ in the training venv); the kinds are harbor_tasks.verdict's.
 """
 
 from __future__ import annotations
 
-from harbor_tasks.verdict import INFRA_FAILURE, OUTCOMES, classify
+from harbor_tasks.verdict import INFRA_FAILURE, OUTCOMES, TAMPER_KINDS, classify
 
 INFRA_MODES = ("exclude", "zero")  # infrastructure failures: left out of the means, or counted as 0 there
 
@@ -18,3 +18,8 @@ def outcome_of(trial) -> tuple[str, str | None]:
 
 def is_infra(trial) -> bool:
     return outcome_of(trial)[0] == INFRA_FAILURE
+
+
+def tamper_kinds(trial) -> list[str]:
+    """The tamper evidence kinds (harbor_tasks.verdict.TAMPER_KINDS) the harness recorded for a trial record."""
+    return [kind for kind in TAMPER_KINDS if kind in (trial.get("tamper") or {})]

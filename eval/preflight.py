@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harbor_tasks.folder import TaskFolder, TaskFolderError, read_config, task_folders
 from harbor_tasks.verdict import VERIFIER_TOOLS
-from sandbox import dockerfile
+from sandbox import EnvironmentBuildError, dockerfile
 from sandbox.core import DEFAULT_PATH
 from sandbox.images import ImageStore, load_images_file
 
@@ -164,7 +164,11 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
     allow_internet = task.allow_internet  # Harbor's rule: network_mode (public by default), else allow_internet
     df = task_dir / "environment" / "Dockerfile"
     compose = (task_dir / "environment" / "docker-compose.yaml").is_file() and not df.is_file()
-    base = dockerfile.base_image(df)
+    try:
+        base = dockerfile.base_image(df)
+    except EnvironmentBuildError as err:  # a Dockerfile that is no regular file, or a giant
+        check.cannot(str(err))
+        return check
     if env != "local":
         return _check_harbor_env(check, env, compose, image, df)
     if compose:
@@ -203,8 +207,12 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
                 check.cannot(f"the build calls {', '.join(lacking)}, not in the host userland")
     # the verifier
     for script in task.test_scripts():
-        text = script.read_text(errors="replace")
         rel = script.relative_to(task_dir)
+        try:
+            text = task.read_text(rel.as_posix())
+        except TaskFolderError as err:
+            check.cannot(str(err))
+            continue
         downloads = network_lines(text)
         if downloads and not has_network:
             n, line = downloads[0]

@@ -2,7 +2,7 @@
 Runs in: the training venv (standard library only); written by eval.run, read by the eval callback and eval/.
 
     {"checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks": [{"task", "trial", "reward",
-     "rounds", "exception", "outcome", "infra_kind"}], "harbor_job_dir", "settings", "wall_seconds"}
+     "rounds", "exception", "outcome", "infra_kind", "tamper"}], "harbor_job_dir", "settings", "wall_seconds"}
 
 `metrics` is `eval.metrics.compute_metrics`'s dict; `summary_line` is the one line a finished eval prints.
 """
@@ -17,7 +17,7 @@ RESULTS_FILE = "eval_results.json"
 RESULTS_GLOB = "eval_results*.json"
 RESULT_KEYS = ("checkpoint", "global_step", "suite", "agent", "model", "metrics", "tasks", "harbor_job_dir",
                "settings", "wall_seconds")
-TASK_KEYS = ("task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind")
+TASK_KEYS = ("task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind", "tamper")
 
 
 def suite_slug(suite: str) -> str:
@@ -64,4 +64,7 @@ def summary_line(results: dict) -> str:
         text += f"; {n_infra} infrastructure failure{'s' if n_infra > 1 else ''} {how} ({kinds})"
     else:
         text += "; no infrastructure failures"
+    if m.get("n_tampered"):
+        kinds = ", ".join(f"{k} {v}" for k, v in (m.get("tampered") or {}).items())
+        text += f"; {m['n_tampered']} with tamper evidence ({kinds})"
     return text + f"; exceptions {m.get('exceptions') or {}}; job {results['harbor_job_dir']}"

@@ -28,6 +28,7 @@ from eval.openai_api import chat_completion, message_text, model_list, request_t
 from eval.openai_api import create_app as create_openai_app
 from eval.run import evaluate_endpoint
 from eval.settings import MODEL_AGENTS, EvalSettings
+from harbor_tasks.folder import read_text
 from harbor_tasks.solution import bash_tool_commands, complete_command, heredoc, solution_lines
 
 DEFAULT_MODEL = "teacher"
@@ -85,7 +86,7 @@ def action_text(action: dict) -> str:
 def load_tasks(tasks_dir: str | Path) -> list[ScriptedTask]:
     """Every task folder under tasks_dir with instruction.md and solution/solve.sh."""
     root = Path(tasks_dir)
-    tasks = [ScriptedTask(d.name, (d / "instruction.md").read_text().strip(), (d / "solution" / "solve.sh").read_text())
+    tasks = [ScriptedTask(d.name, read_text(d / "instruction.md").strip(), read_text(d / "solution" / "solve.sh"))
              for d in sorted(root.iterdir())
              if (d / "instruction.md").is_file() and (d / "solution" / "solve.sh").is_file()]
     if not tasks:

@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 
 from eval.results import TASK_KEYS, suite_slug
-from harbor_tasks.verdict import INFRA_KINDS
+from harbor_tasks.verdict import INFRA_KINDS, TAMPER_KINDS
 
 
 def eval_payload(results: dict) -> dict:
     """Flat scalars: eval/<suite>/mean_reward, eval/<suite>/pass_at_k/<k>, eval/<suite>/exceptions/<Type>,
-    eval/<suite>/n_infra_errors, eval/<suite>/infra_errors/<kind> (every kind, 0 when none), ..."""
+    eval/<suite>/n_infra_errors, eval/<suite>/infra_errors/<kind> (every kind, 0 when none), likewise
+    eval/<suite>/n_tampered and eval/<suite>/tampered/<kind>, ..."""
     prefix = f"eval/{suite_slug(results['suite'])}"
     metrics = dict(results["metrics"])
     if "n_infra_errors" in metrics:  # every kind at every step, so the charts have no gaps
         metrics["infra_errors"] = {**{k: 0 for k in INFRA_KINDS}, **(metrics.get("infra_errors") or {})}
+    if "n_tampered" in metrics:
+        metrics["tampered"] = {**{k: 0 for k in TAMPER_KINDS}, **(metrics.get("tampered") or {})}
     payload = {}
     for key, value in metrics.items():
         if isinstance(value, dict):
@@ -37,7 +40,8 @@ def log_results(run, results: dict) -> None:
     run.define_metric("eval/*", step_metric="train/global_step")
     # rounds (a list) as a JSON string: a table cell holds a scalar
     table = wandb.Table(columns=list(TASK_KEYS),
-                        data=[[json.dumps(t.get(key) or []) if key == "rounds" else t.get(key) for key in TASK_KEYS]
+                        data=[[json.dumps(t.get(key) or ([] if key == "rounds" else {})) if key in ("rounds", "tamper")
+                               else t.get(key) for key in TASK_KEYS]
                               for t in results["tasks"]])
     run.log({**eval_payload(results), f"{prefix}/tasks": table, "train/global_step": results["global_step"] or 0})
 

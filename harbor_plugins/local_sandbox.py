@@ -10,14 +10,17 @@ A thin adapter: the task's ``[environment]``, the trial's paths and the ``--ek``
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
+import shutil
 from pathlib import Path
 
 from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.models.trial.paths import EnvironmentPaths
 
-from harbor_tasks.verdict import READ_VERIFIER_FILES, judge_verifier_run, parse_verifier_files
+from harbor_tasks.evidence import TESTS_DIR, VerifierWatch
+from harbor_tasks.verdict import TAMPER_FILE, TEST_STDOUT, VERIFIER_DIR, judge_verifier_run
 from sandbox import EnvironmentBuildError, Sandbox, SandboxConfig, SandboxError, dockerfile, missing_host_tools
 from sandbox.config import NETWORKS
 from sandbox.images import ImageRoot, ImageStore, load_images_file
@@ -25,6 +28,7 @@ from sandbox.images import ImageRoot, ImageStore, load_images_file
 __all__ = ["LocalSandboxEnvironment"]
 
 _LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts"
+_FRESH = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -109,6 +113,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._image_cache = str(image_cache) if image_cache else None
         self._sandbox: Sandbox | None = None
         self._agent_mark = 0
+        self._watch: VerifierWatch | None = None
+        self._verifying = False          # between the first step of a verifier run and its end
+        self._verified: dict | None = None  # what the last verifier run left, as the harness read it
         super().__init__(environment_dir, environment_name, session_id, trial_paths, task_env_config,
                          logger=logger, **kwargs)
 
@@ -155,6 +162,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
         await self._upload_environment_dir_after_start()
         self._agent_mark = self._sandbox.network_mark()
+        self._watch = await asyncio.to_thread(VerifierWatch, self._sandbox.root, self._sandbox.command_path())
 
     async def stop(self, delete: bool):
         if self._sandbox is not None:
@@ -163,18 +171,21 @@ class LocalSandboxEnvironment(BaseEnvironment):
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
         sandbox = self._running()
-        verifying = self._is_verifier_run(command)
-        mark = sandbox.network_mark()
+        if self._is_verifier_run(command):
+            return await self._run_verifier(sandbox, command, cwd, env, timeout_sec, user)
+        if self._removes_rewards(command):
+            await self._verifier_starting()
         res = await sandbox.exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
                                  user=self._resolve_user(user))
-        if verifying:
-            await self._check_verifier_run(sandbox, mark)
         return ExecResult(stdout=res.stdout or None, stderr=res.stderr or None, return_code=res.return_code)
 
     async def upload_file(self, source_path: Path | str, target_path: str):
         await self._running().upload_file(source_path, target_path)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str):
+        if target_dir.rstrip("/") == TESTS_DIR:
+            await self._verifier_starting()
+            await asyncio.to_thread(self._watch.expect_tests, [Path(source_dir)])
         await self._running().upload_dir(source_dir, target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str):
@@ -186,18 +197,80 @@ class LocalSandboxEnvironment(BaseEnvironment):
             self.logger.debug(f"local sandbox: not running; nothing to download from {source_dir}")
             return
         await self._running().download_dir(source_dir, target_dir)
+        if source_dir.rstrip("/") == VERIFIER_DIR and self._verified is not None:
+            self._write_verified(Path(target_dir))
+
+    async def download_dir_filtered(self, *, source_dir: str, target_dir: Path | str, include=None, exclude=None,
+                                    protect=None) -> None:
+        await super().download_dir_filtered(source_dir=source_dir, target_dir=target_dir, include=include,
+                                            exclude=exclude, protect=protect)
+        if source_dir.rstrip("/") == VERIFIER_DIR and self._verified is not None:
+            self._write_verified(Path(target_dir))
 
     # ------------------------------------------------------------------ the verifier's run
     def _is_verifier_run(self, command: str) -> bool:
         """Harbor's verifier runs ``(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1``."""
-        out = str(EnvironmentPaths.verifier_dir / self.trial_paths.test_stdout_path.name)
-        return command.rstrip().endswith((f"> {out} 2>&1", f"> {shlex.quote(out)} 2>&1"))
+        return self._verifier_script(command) is not None
 
-    async def _check_verifier_run(self, sandbox: Sandbox, mark: int) -> None:
-        """Raise the infrastructure failure behind a verifier run (harbor_tasks.verdict.judge_verifier_run, the
-        verdict RL episodes reach from the same files); Harbor scores the rest itself."""
-        res = await sandbox.exec(READ_VERIFIER_FILES, cwd="/", user="root")
-        reward_json, reward_txt, output = parse_verifier_files(res.stdout)
+    async def _keep_verifier_files(self, sandbox: Sandbox, err: Exception) -> None:
+        """Copy the verifier's folder (reward files, its whole output) into the trial, as Harbor does after a run that
+        did not raise, and say so in ``err``'s message (it carries only the output's end)."""
+        target = self.trial_paths.verifier_dir
+        try:
+            await asyncio.wait_for(sandbox.download_dir(str(EnvironmentPaths.verifier_dir), target), timeout=120)
+        except Exception as exc:  # noqa: BLE001 - the verifier's failure is what the trial reports
+            self.logger.warning(f"local sandbox: the verifier's files could not be kept in the trial: {exc}")
+            return
+        _say_kept(err, f"{target.name}/{self.trial_paths.test_stdout_path.name}")
+
+    def _verifier_script(self, command: str) -> str | None:
+        """The verifier command without its redirection into the sandbox's file (the harness captures the output)."""
+        out = str(EnvironmentPaths.verifier_dir / self.trial_paths.test_stdout_path.name)
+        for suffix in (f"> {out} 2>&1", f"> {shlex.quote(out)} 2>&1"):
+            if command.rstrip().endswith(suffix):
+                return command.rstrip()[: -len(suffix)].rstrip()
+        return None
+
+    @staticmethod
+    def _removes_rewards(command: str) -> bool:
+        """Harbor's first step of a verifier run: ``rm -f -- /logs/verifier/reward.txt /logs/verifier/reward.json``."""
+        return command.startswith("rm -f -- ") and f"{VERIFIER_DIR}/reward." in command
+
+    async def _verifier_starting(self) -> None:
+        """The first step of a verifier run (once per run): what the agent did to the verifier's paths is recorded,
+        then /logs/verifier is made fresh and /tests emptied for the upload."""
+        if self._verifying:
+            return
+        self._verifying, self._verified = True, None
+        await asyncio.to_thread(self._watch.check_paths)
+        res = await self._running().exec(_FRESH, cwd="/", user="root")
+        if res.return_code != 0:
+            raise SandboxError(f"local sandbox: could not make {VERIFIER_DIR} fresh: {res.stderr.strip()}")
+
+    async def _run_verifier(self, sandbox: Sandbox, command: str, cwd, env, timeout_sec, user) -> ExecResult:
+        """Run the tests with their output captured by the harness, read the reward from the host, and raise the
+        infrastructure failure behind the run (harbor_tasks.verdict.judge_verifier_run, the verdict RL episodes reach
+        from the same evidence); Harbor scores the rest, from the files download_dir hands it (the harness's)."""
+        await self._verifier_starting()
+        watch = self._watch
+        await asyncio.to_thread(watch.before_verifier)
+        mark = sandbox.network_mark()
+        try:
+            res = await sandbox.exec(f"{self._verifier_script(command)} 2>&1", cwd=cwd, env=self._merge_env(env),
+                                     timeout_sec=timeout_sec, user=self._resolve_user(user), until_exit=True)
+        except BaseException as err:
+            await asyncio.to_thread(watch.abandon)
+            self._verifying = False
+            if isinstance(err, Exception):  # Harbor downloads /logs/verifier only after a run that did not raise
+                await self._keep_verifier_files(sandbox, err)
+            raise
+        reward_json, reward_txt = await asyncio.to_thread(watch.after_verifier)
+        self._verifying = False
+        output = res.stdout
+        self._verified = {"reward.json": reward_json, "reward.txt": reward_txt, TEST_STDOUT: output,
+                          TAMPER_FILE: json.dumps(watch.tamper, indent=1) + "\n"}
+        if watch.tamper:
+            self.logger.warning(f"local sandbox: the agent tampered with the verifier's run: {watch.tamper}")
         verifier_names = sandbox.names_asked(mark, commands_only=True)
         agent_names = sandbox.names_asked(self._agent_mark, until=mark)  # between the start (or last round) and now
         self._agent_mark = sandbox.network_mark()  # a multi-step task's next round starts counting here
@@ -205,10 +278,32 @@ class LocalSandboxEnvironment(BaseEnvironment):
         # Harbor's default policy is public too, and a failing agent must not get out of its 0 by trying the network
         declared = "network_mode" in self.task_env_config.model_fields_set and not self._network_disabled
         verdict = judge_verifier_run(reward_json, reward_txt, output, verifier_names=verifier_names,
-                                     agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland)
+                                     agent_names=agent_names, internet_allowed=declared, userland=sandbox.userland,
+                                     tamper=watch.tamper, absent_tools=watch.absent_tools)
         if verdict.error is not None:
             self.logger.warning(f"local sandbox: {type(verdict.error).__name__}: {verdict.detail}")
+            self._keep_verified(verdict.error)
             raise verdict.error
+        return ExecResult(stdout=None, stderr=None, return_code=res.return_code)
+
+    def _keep_verified(self, err: Exception) -> None:
+        """The harness's verifier files (reward files, the whole output, tamper.json) into the trial beside an
+        infrastructure failure (Harbor downloads nothing after a run that raised), and ``err``'s message says so."""
+        target = self.trial_paths.verifier_dir
+        target.mkdir(parents=True, exist_ok=True)
+        self._write_verified(target)
+        _say_kept(err, f"{target.name}/{self.trial_paths.test_stdout_path.name}")
+
+    def _write_verified(self, target: Path) -> None:
+        """The verifier's files as the harness read them, over what the sandbox's folder held by the time Harbor
+        downloaded it; a reward file the run did not leave is removed."""
+        for name, text in self._verified.items():
+            path = target / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            path.unlink(missing_ok=True)
+            if text is not None:
+                path.write_text(text)
 
     # ------------------------------------------------------------------ mapping
     def _running(self) -> Sandbox:
@@ -268,3 +363,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         if self._network != "none" and self._network_disabled:
             self.logger.debug(f"local sandbox: --ek network={self._network} ignored: the task does not allow internet")
         return config
+
+
+def _say_kept(err: Exception, where: str) -> None:
+    """``err``'s message (which carries only the output's end) names the trial's file with the whole output."""
+    if len(err.args) == 1 and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}\n(the verifier's files are kept in the trial: {where} holds its whole output)",)

@@ -9,11 +9,13 @@ used; `single_step_runnable` says whether one episode or trial can run it as it 
 from __future__ import annotations
 
 import functools
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.digest import files_digest
+from sandbox import read_regular_file
 
 CONFIG = "task.toml"
 INSTRUCTION = "instruction.md"
@@ -41,16 +43,24 @@ def task_folders(root: str | Path) -> list[Path]:
     return sorted(child for child in root.iterdir() if child.is_dir() and is_task(child))
 
 
+def read_text(path: str | Path) -> str:
+    """The text of a task's file, bounded: TaskFolderError (one line naming it) when it cannot be read, is no regular
+    file (a link to /dev/zero, a FIFO) or is over sandbox.TASK_FILE_MAX_BYTES. Every read of a task's file is this."""
+    try:
+        return read_regular_file(path).decode(errors="replace")
+    except ValueError as err:
+        raise TaskFolderError(str(err)) from None
+
+
 def read_config(task: str | Path) -> dict:
-    """task.toml as a dict; TaskFolderError (one line) when it is missing or does not parse."""
+    """task.toml as a dict; TaskFolderError (one line) when it is missing, unreadable (read_text) or does not parse."""
     path = Path(task) / CONFIG
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except OSError as err:
-        raise TaskFolderError(f"{path}: cannot be read ({err.strerror or err})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise TaskFolderError(f"{path}: does not parse: {err}") from None
+        return tomllib.loads(read_regular_file(path).decode())
+    except ValueError as err:  # read_regular_file's, TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        if isinstance(err, (tomllib.TOMLDecodeError, UnicodeDecodeError)):
+            raise TaskFolderError(f"{path}: does not parse: {err}") from None
+        raise TaskFolderError(str(err)) from None
 
 
 def _int(value) -> int | None:
@@ -91,8 +101,12 @@ class TaskFolder:
 
     @property
     def instruction(self) -> str:
-        """The instruction (instruction.md) of a single-step task."""
-        return (self.path / INSTRUCTION).read_text()
+        """The instruction (instruction.md) of a single-step task (read_text: bounded)."""
+        return read_text(self.path / INSTRUCTION)
+
+    def read_text(self, relative: str) -> str:
+        """The text of the task's file at ``relative`` (e.g. ``tests/test.sh``), bounded (module ``read_text``)."""
+        return read_text(self.path / relative)
 
     @property
     def steps(self) -> list[str]:
@@ -196,9 +210,9 @@ class TaskFolder:
     # --- the reference solution ---------------------------------------------------------------------------------
     @property
     def solution_script(self) -> str | None:
-        """solution/solve.sh's text, or None when the task has none."""
+        """solution/solve.sh's text (read_text: bounded), or None when the task has none."""
         path = self.path / "solution" / "solve.sh"
-        return path.read_text() if path.is_file() else None
+        return read_text(path) if os.path.lexists(path) else None
 
 
 @functools.lru_cache(maxsize=None)

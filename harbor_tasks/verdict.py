@@ -2,8 +2,9 @@
 Runs in: any Python >= 3.11, standard library only; evals (the Harbor adapter, job-dir scoring), RL episodes (in
 process and on episode servers), the scripted teacher and rejection sampling all decide here.
 
-Three outcomes of a trial or an episode (`SCORED`, `AGENT_FAILURE`, `INFRA_FAILURE`) and one vocabulary of
-infrastructure kinds (`INFRA_KINDS`); docs/evaluation.md says why each case falls where it does.
+Three outcomes of a trial or an episode (`SCORED`, `AGENT_FAILURE`, `INFRA_FAILURE`), one vocabulary of
+infrastructure kinds (`INFRA_KINDS`) and one of tamper evidence (`TAMPER_KINDS`, gathered by harbor_tasks/evidence.py);
+docs/evaluation.md says why each case falls where it does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ OUTCOMES = (SCORED, AGENT_FAILURE, INFRA_FAILURE)
 # verifier_tools: the verifier could not run its own tools; network: a step needed the network and had none;
 # sandbox: the sandbox or the environment layer failed (start, a command, transfers, Harbor's own)
 INFRA_KINDS = ("environment_build", "verifier_tools", "network", "sandbox")
+# What an agent did to its verifier's run (harbor_tasks/evidence.py gathers it from the host, the harness's side):
+# verifier_paths: /tests, /logs/verifier (a reward file written before the tests ran) or a file pytest reads from /
+# changed outside the verifier; shadowed_tools: a verifier tool on PATH (a shim earlier than the real one) or a file
+# its runner loads (pytest's packages, site hooks) differs from the environment as built; background_writes: a
+# process outside the verifier's own wrote while the verifier ran. A run with any of them is never an infrastructure
+# failure: its reward stands, recorded with its kinds (RL zeroes or masks it, evals count it)
+TAMPER_KINDS = ("verifier_paths", "shadowed_tools", "background_writes")
 
 # Exception class names (what Harbor records as `exception_info.exception_type`) that are infrastructure failures:
 # ours (sandbox/errors.py) and Harbor's, as its error policy (harbor/models/trial/error_policy.py) files them under
@@ -68,15 +76,12 @@ _MISSING = (
     re.compile(r"No module named [‘'\"]?(?P<tool>pytest)\b", re.M),
 )
 
-# Where a verifier writes (Harbor's EnvironmentPaths) and the shell that reads it back inside the sandbox: reward.json,
-# reward.txt and the end of the output, NUL-separated (parse_verifier_files), capped so a flood cannot fill the host
+# Where a verifier writes (Harbor's EnvironmentPaths); the harness reads its reward files from the host
+# (harbor_tasks/evidence.py), at most READ_LIMIT bytes each, so a flood cannot fill the host
 VERIFIER_DIR = "/logs/verifier"
 TEST_STDOUT = "test-stdout.txt"
+TAMPER_FILE = "tamper.json"  # the harness's record beside a trial's verifier files: {TAMPER_KINDS kind: detail}
 READ_LIMIT = 65536
-READ_VERIFIER_FILES = "\n".join(
-    [f"printf '%s\\0' \"$(head -c {READ_LIMIT} {VERIFIER_DIR}/{name} 2>/dev/null)\""
-     for name in ("reward.json", "reward.txt")]
-    + [f"printf '%s' \"$(tail -c {READ_LIMIT} {VERIFIER_DIR}/{TEST_STDOUT} 2>/dev/null)\""])
 
 
 def passed(reward: float | None) -> bool:
@@ -129,9 +134,13 @@ def read_reward_dir(verifier_dir: Path) -> float | None:
     return reward_of(*texts)
 
 
-def parse_verifier_files(stdout: str) -> tuple[str, str, str]:
-    """(reward.json, reward.txt, output's end) from what READ_VERIFIER_FILES printed."""
-    return tuple((stdout.split("\0", 2) + ["", "", ""])[:3])
+def read_tamper_dir(verifier_dir: Path) -> dict[str, str]:
+    """The tamper evidence the harness recorded in a verifier folder on this machine (TAMPER_FILE; {} without)."""
+    try:
+        data = json.loads((Path(verifier_dir) / TAMPER_FILE).read_text(errors="replace")[:READ_LIMIT])
+    except (OSError, ValueError):
+        return {}
+    return {kind: str(data[kind]) for kind in TAMPER_KINDS if isinstance(data, dict) and kind in data}
 
 
 def missing_tools(output: str) -> list[str]:
@@ -146,15 +155,18 @@ def missing_tools(output: str) -> list[str]:
 
 
 def diagnose(reward: float | None, output: str, *, verifier_names: list[str], agent_names: list[str] = (),
-             internet_allowed: bool = False, userland: str = "host userland") -> SandboxError | None:
+             internet_allowed: bool = False, userland: str = "host userland", tampered: bool = False,
+             absent_tools: list[str] | None = None) -> SandboxError | None:
     """The infrastructure failure behind a verifier run that did not pass, or None when its reward stands.
 
     - the verifier asked the sandbox's resolver for a name (it needed the network to fetch its runner): network;
     - its output says one of its own tools (VERIFIER_TOOLS) is missing: verifier_tools;
     - the task declares internet, the sandbox gave none, and the agent asked for names: network (phase agent).
     Only names asked by processes of a running command count for the verifier, so a daemon the agent left behind
-    cannot turn its own failure into an infrastructure one."""
-    if passed(reward):
+    cannot turn its own failure into an infrastructure one; likewise `output` is the harness's capture of the test
+    process (not a file the sandbox can still write), and with `absent_tools` (what the harness found missing on the
+    verifier's PATH, looking from the host) only those tools count. A `tampered` run is never diagnosed."""
+    if passed(reward) or tampered:
         return None
     tail = output.strip()[-1500:]
     if verifier_names:
@@ -162,7 +174,7 @@ def diagnose(reward: float | None, output: str, *, verifier_names: list[str], ag
             f"the verifier needed the network (it asked for {', '.join(verifier_names[:5])}) and did not pass "
             f"(reward {reward}); {NETWORK_FIX}\n--- verifier output (end) ---\n{tail}",
             phase="verifier", names=verifier_names)
-    tools = missing_tools(output)
+    tools = [t for t in missing_tools(output) if absent_tools is None or t in absent_tools]
     if tools:
         return VerifierToolsMissingError(
             f"the verifier could not run its tools: {', '.join(tools)} missing in the sandbox ({userland}); give "
@@ -206,6 +218,11 @@ class Verdict:
     infra_kind: str | None = None
     detail: str = ""
     error: SandboxError | None = None  # the infrastructure failure, as the Harbor adapter raises it
+    tamper: tuple[tuple[str, str], ...] = ()  # (TAMPER_KINDS kind, what was seen), each kind once
+
+    @property
+    def tamper_kinds(self) -> list[str]:
+        return [kind for kind, _ in self.tamper]
 
     @property
     def score(self) -> float | None:
@@ -228,27 +245,40 @@ def infra_failure(error: BaseException | str, kind: str | None = None) -> Verdic
                    error if isinstance(error, SandboxError) else None)
 
 
+def tamper_evidence(found) -> tuple[tuple[str, str], ...]:
+    """`found` ({kind: detail} or (kind, detail) pairs) checked against TAMPER_KINDS, in their order."""
+    found = dict(found or {})
+    unknown = [kind for kind in found if kind not in TAMPER_KINDS]
+    if unknown:
+        raise ValueError(f"tamper kind {unknown[0]!r}: one of {', '.join(TAMPER_KINDS)}")
+    return tuple((kind, str(found[kind])) for kind in TAMPER_KINDS if kind in found)
+
+
 def judge_verifier_run(reward_json: str | None, reward_txt: str | None, output: str = "", *,
                        timed_out: bool = False, verifier_names: list[str] = (), agent_names: list[str] = (),
-                       internet_allowed: bool = False, userland: str = "host userland") -> Verdict:
-    """The verdict of one verifier run from what it left (reward.json, reward.txt, its output) and what the sandbox
-    saw (names asked by the verifier's and the agent's processes).
+                       internet_allowed: bool = False, userland: str = "host userland", tamper=(),
+                       absent_tools: list[str] | None = None) -> Verdict:
+    """The verdict of one verifier run from what it left (reward.json, reward.txt, its output as the harness
+    captured it) and what the sandbox saw (names asked by the verifier's and the agent's processes; what the agent did
+    to the run, `tamper`: {kind: detail}; the tools missing on the verifier's PATH, `absent_tools`).
 
     - timed out: an agent failure (Harbor's VerifierTimeoutError; a partial reward does not count);
     - a reward that passes stands; one that does not, or no reward, is diagnosed (diagnose): an infrastructure
-      failure where the run measured the environment;
+      failure where the run measured the environment, never when it was tampered with;
     - otherwise scored with its reward, or an agent failure (0) when it wrote none (Harbor's
-      RewardFileNotFoundError)."""
+      RewardFileNotFoundError). The tamper evidence rides along on every outcome."""
+    tamper = tamper_evidence(tamper)
     if timed_out:
-        return Verdict(AGENT_FAILURE, None, None, "the verifier ran past its timeout")
+        return Verdict(AGENT_FAILURE, None, None, "the verifier ran past its timeout", tamper=tamper)
     reward = reward_of(reward_json, reward_txt)
     failure = diagnose(reward, output, verifier_names=list(verifier_names), agent_names=list(agent_names),
-                       internet_allowed=internet_allowed, userland=userland)
+                       internet_allowed=internet_allowed, userland=userland, tampered=bool(tamper),
+                       absent_tools=absent_tools)
     if failure is not None:
         return Verdict(INFRA_FAILURE, None, infra_kind(failure), str(failure).splitlines()[0], failure)
     if reward is None:
-        return Verdict(AGENT_FAILURE, None, None, "the verifier wrote no reward")
-    return Verdict(SCORED, reward)
+        return Verdict(AGENT_FAILURE, None, None, "the verifier wrote no reward", tamper=tamper)
+    return Verdict(SCORED, reward, tamper=tamper)
 
 
 def agent_started(result: dict | None) -> bool:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import random
 import threading
 from collections import Counter
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from common.errors import UserError
-from rewards import HEALTH, VERIFY
+from rewards import HEALTH, TOKEN_ENV, VERIFY
 from rewards.protocol import make_response
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -48,14 +49,15 @@ class RewardArguments:
     reward_retries: int = field(default=4, metadata={"help": "Retries per request (exponential backoff, jitter)."})
     reward_max_consecutive_failures: int = field(default=20, metadata={
         "help": "Stop the run after this many failed requests in a row."})
-    reward_auth_token: str | None = field(default=None, metadata={"help": "Bearer token for the reward server."})
+    reward_auth_token: str | None = field(default=None, metadata={
+        "help": f"Bearer token of the reward server (default: ${TOKEN_ENV})."})
     max_prompt_length: int | None = field(default=None, metadata={
         "help": "Prompts longer than this many tokens are filtered out before training (and counted)."})
 
     def client_config(self, urls: list[str]) -> "RewardClientConfig":
         return RewardClientConfig(urls=urls, timeout=self.reward_timeout, retries=self.reward_retries,
                                   max_consecutive_failures=self.reward_max_consecutive_failures,
-                                  auth_token=self.reward_auth_token)
+                                  auth_token=self.reward_auth_token or os.environ.get(TOKEN_ENV) or None)
 
 
 @dataclass

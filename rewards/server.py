@@ -14,6 +14,7 @@ import os
 import sys
 
 from common.errors import ConfigError
+from common.net import token_needed
 from rewards import TOKEN_ENV
 from rewards.config import ServerConfig, load_config
 from rewards.environments import ENVIRONMENTS
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML config (configs/rewards/*.yaml); flags below override it")
     p.add_argument("--environment", choices=list(ENVIRONMENTS),
                    help="serve only this environment (rows need no agent_ref)")
-    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--host", help="bind address (default 127.0.0.1; any other needs a token: --auth_token)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--judge_base_url", help="OpenAI-compatible judge server, ending in /v1")
     p.add_argument("--judge_model", help="model name sent to the judge")
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify_timeout", type=float, help=(
         "seconds per /verify, end to end: judge slot waits, attempts, retries and backoff; past it the sample "
         "is masked, failure_kind judge_failed (default 180)"))
-    p.add_argument("--auth_token", help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV})")
+    p.add_argument("--auth_token", help=(
+        f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); needed unless --host is loopback"))
     p.add_argument("--max_body_bytes", type=int, help="largest request body accepted (default 32 MiB)")
     p.add_argument("--read_timeout", type=float, help=(
         "seconds a client has to send a whole request, headers and body; then it is closed (default 30)"))
@@ -77,6 +79,9 @@ def resolve(argv: list[str] | None = None) -> tuple[ServerConfig, int]:
     config = load_config(args.config, overrides)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    refused = token_needed(config.host, config.auth_token, TOKEN_ENV, "scores what it is sent and calls its judge")
+    if refused:
+        raise ConfigError(refused)
     if config.judge.base_url is None:
         served = {name: config.environment_config(name) for name in config.environments()}
         if config.environment is not None and served[config.environment].needs_judge:

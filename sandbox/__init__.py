@@ -14,7 +14,8 @@ from sandbox.config import SandboxConfig
 from sandbox.core import ExecResult, Sandbox, missing_host_tools
 from sandbox.errors import (EnvironmentBuildError, NetworkNeededError, SandboxError, SandboxExecTimeoutError,
                             VerifierToolsMissingError)
+from sandbox.transfer import TASK_FILE_MAX_BYTES, read_regular_file
 
 __all__ = ["BlockingSandbox", "EnvironmentBuildError", "ExecResult", "NetworkNeededError", "Sandbox",
-           "SandboxConfig", "SandboxError", "SandboxExecTimeoutError", "VerifierToolsMissingError",
-           "missing_host_tools"]
+           "SandboxConfig", "SandboxError", "SandboxExecTimeoutError", "TASK_FILE_MAX_BYTES", "VerifierToolsMissingError",
+           "missing_host_tools", "read_regular_file"]

@@ -8,6 +8,7 @@ and the thread. How: docs/sandbox.md#inside-the-modules.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Coroutine
@@ -54,6 +55,8 @@ class BlockingSandbox:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()
+        except concurrent.futures.CancelledError:  # close() ended it: the sandbox is gone under this call
+            raise SandboxError("the sandbox was closed while this call ran") from None
         except BaseException:
             # interrupted here (KeyboardInterrupt, ...): cancel the call, which kills its process group
             future.cancel()
@@ -63,8 +66,9 @@ class BlockingSandbox:
         self._call(self.sandbox.start())
 
     def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-             timeout_sec: float | None = None, user: str | int | None = None) -> ExecResult:
-        return self._call(self.sandbox.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+             timeout_sec: float | None = None, user: str | int | None = None, until_exit: bool = False) -> ExecResult:
+        return self._call(self.sandbox.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user,
+                                            until_exit=until_exit))
 
     def upload_file(self, source_path: Path | str, target_path: str) -> None:
         self._call(self.sandbox.upload_file(source_path, target_path))
@@ -78,11 +82,21 @@ class BlockingSandbox:
     def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         self._call(self.sandbox.download_dir(source_dir, target_dir))
 
+    def root(self):
+        """``Sandbox.root()``: the sandbox's root for the host to read beneath (sandbox/inside.py)."""
+        return self.sandbox.root()
+
+    def command_path(self, env: dict[str, str] | None = None) -> str:
+        return self.sandbox.command_path(env)
+
     def network_mark(self) -> int:
         return self._call(self._on_loop(self.sandbox.network_mark))
 
     def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
         return self._call(self._on_loop(self.sandbox.names_asked, since, commands_only, until))
+
+    def asked_count(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> int:
+        return self._call(self._on_loop(self.sandbox.asked_count, since, commands_only, until))
 
     def queries(self, since: int = 0) -> list[dict]:
         return self._call(self._on_loop(self.sandbox.queries, since))
@@ -103,6 +117,21 @@ class BlockingSandbox:
             self._call(self.sandbox.stop())
         finally:
             self._closed = True
+            try:  # calls of other threads still on the loop: theirs must end before it stops, or they wait forever
+                asyncio.run_coroutine_threadsafe(_settle(), self._loop).result()
+            except RuntimeError:  # the loop is not running
+                pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
+
+
+async def _settle(grace: float = 5.0) -> None:
+    """Give the loop's other tasks (calls of other threads, their processes killed by stop) `grace` seconds to
+    return what they got, then cancel the rest: their callers get SandboxError."""
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=grace)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)

@@ -26,8 +26,10 @@ class SandboxConfig:
     rlimits) or ``auto`` (root when running as root). ``limits``: ``strict`` refuses to start without
     the process/memory limits, ``best-effort`` runs without them. ``max_processes`` (pids.max or
     RLIMIT_NPROC), ``cpu_time_sec`` (RLIMIT_CPU per process), ``wall_sec`` (the sandbox's lifetime),
-    ``memory_mb`` (cgroup memory or RLIMIT_DATA; also caps /dev/shm at 1 GiB), ``storage_mb`` (the
-    tmpfs that holds every write), ``cpus`` (CPU quota, root mode only; None = no quota).
+    ``memory_mb`` (cgroup memory or RLIMIT_DATA; also caps /dev/shm at 1 GiB), ``storage_mb`` (what every
+    write together may hold: a tmpfs, or as root where it exceeds the memory budget (``tmpfs_budget_mb``) an ext4
+    of that size on disk, in ``disk_dir``, default the temporary folder), ``cpus`` (CPU quota, root mode only;
+    None = no quota).
     ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else ``/app``.
     ``environment_dir``: the build context holding a ``Dockerfile`` whose subset is replayed at start
     when ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each). ``hide``: host
@@ -68,7 +70,12 @@ class SandboxConfig:
     hostname: str = "sandbox"
     network: str = "none"
     rootfs: Path | None = None
+    disk_dir: Path | None = None
     name: str = field(default_factory=_new_name)
+
+    def tmpfs_budget_mb(self) -> int:
+        """What the tmpfs mounts may hold together: ``min(storage_mb, 7/8 of memory_mb)`` (see tmpfs_sizes_mb)."""
+        return max(min(self.storage_mb, self.memory_mb * 7 // 8), 8)
 
     def tmpfs_sizes_mb(self, userns: bool) -> dict[str, int]:
         """Sizes (MiB) of the sandbox's writable tmpfs mounts. The rule: tmpfs is memory, so together they
@@ -76,9 +83,10 @@ class SandboxConfig:
         else would count tmpfs pages against the task; in root mode the cgroup does, and the 1/8 left
         keeps a full tmpfs from leaving no memory to run a command); of it ``/tmp`` gets 1/4,
         ``/var/tmp`` 1/8, ``/dev/shm`` 1/8 (at most 1 GiB), ``/run`` 1/32 (at most 64 MiB), and the rest
-        holds the root (the overlays' writes and the empty folders such as ``/root``)."""
-        total = min(self.storage_mb, self.memory_mb * 7 // 8)
-        total = max(total, 8)
+        holds the root (the overlays' writes and the empty folders such as ``/root``). With a disk-backed root
+        (root mode, ``storage_mb`` over the budget) the root, ``/tmp`` and ``/var/tmp`` share that disk instead
+        and only ``/dev/shm`` and ``/run`` are tmpfs, of these sizes."""
+        total = self.tmpfs_budget_mb()
         sizes = {"tmp": total // 4, "var_tmp": total // 8, "shm": min(total // 8, 1024),
                  "run": max(1, min(total // 32, 64))}
         sizes = {k: max(v, 1) for k, v in sizes.items()}
@@ -100,6 +108,8 @@ class SandboxConfig:
             raise ValueError(f"sandbox name {self.name!r} must be a single path component")
         if self.environment_dir is not None:
             self.environment_dir = Path(self.environment_dir)
+        if self.disk_dir is not None:
+            self.disk_dir = Path(self.disk_dir)
         if self.rootfs is not None:
             self.rootfs = Path(self.rootfs)
             if not self.rootfs.is_absolute() or any(c in str(self.rootfs) for c in ",:\n"):

@@ -14,21 +14,28 @@ import fcntl
 import json
 import logging
 import os
+import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile
+from sandbox import dockerfile, transfer
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
 from sandbox.errors import SandboxError, SandboxExecTimeoutError
-from sandbox.processes import find_child_pid, kill_group, kill_pid, killpg
-from sandbox.transfer import CappedReader, extract_tar_stream, tar_of_dir, tar_of_file
+from sandbox.inside import Root
+from sandbox.names_asked import NamesAsked
+from sandbox.processes import find_child_pid, kill_group, killpg
+from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
+from sandbox.storage import Disk, make_disk
+from sandbox.storage import unavailable as disk_unavailable
 
 INIT = Path(__file__).with_name("pid1.py")
 ENTER = Path(__file__).with_name("enter.py")
@@ -39,7 +46,6 @@ CAPABILITIES = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "
                 "setfcap", "net_bind_service", "net_raw", "sys_chroot", "audit_write")
 _NEVER_HIDDEN = [Path(p) for p in DEFAULT_PATH.split(":")] + [Path(p) for p in ("/etc", "/lib", "/lib64",
                                                                                 "/usr", "/var", "/opt")]
-_TRANSFER_TIMEOUT_SEC = 600
 NET_ADDRESS, NET_GATEWAY, NET_DNS = "10.0.2.100", "10.0.2.2", "10.0.2.3"  # slirp4netns's defaults; pasta told so
 RESOLV_OFFLINE = "# the local sandbox: no network; this resolver answers no name and records the names asked\n" \
                  "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n"
@@ -70,13 +76,31 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, i
     return bytes(buf), total
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of a running process (None once it is gone or a zombie)."""
+SANDBOX_DIED = (b"\nlocal sandbox: the sandbox died (its PID 1 is gone: killed, out of memory, or past wall_sec); "
+                b"this command and every later one fail\n")
+
+
+def _exited(pidfd: int, timeout_sec: float = 0) -> bool:
+    """Whether the process a pidfd holds has exited (waiting up to ``timeout_sec``); its pid may be anyone's now."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(timeout_sec * 1000))
+
+
+def _pidfd_of_child(pid: int, parent: int) -> int:
+    """A pidfd of ``pid``, checked to be ``parent``'s child still running once held (so not a reused pid)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        raise SandboxError(f"the sandbox holds its PID 1 by a pidfd, which needs Linux >= 5.8: {exc}") from exc
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if ppid != parent or _exited(pidfd):
+        os.close(pidfd)
+        raise SandboxError("sandbox failed to start: its PID 1 exited at once")
+    return pidfd
 
 
 def missing_host_tools() -> list[str]:
@@ -93,17 +117,18 @@ class Sandbox:
         self.workdir = self.config.workdir or "/app"
         self._proc: asyncio.subprocess.Process | None = None
         self._init_pid: int | None = None
+        self._init_pidfd: int | None = None  # PID 1 held by what cannot be reused (its pid can)
         self._lifeline_w: int | None = None
         self._cgroup: Cgroup | None = None
         self._userns = False
         self._dockerfile_env: dict[str, str] = {}
         self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
         self._running: set[asyncio.subprocess.Process] = set()
-        self._init_start: str | None = None
         self._report_r: int | None = None
-        self._report_buf = b""
-        self._queries: list[dict] = []
+        self._reading: asyncio.AbstractEventLoop | None = None
+        self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
+        self._disk: Disk | None = None
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -117,6 +142,17 @@ class Sandbox:
         """The host pid of the sandbox's PID 1 while it runs, else None."""
         return self._init_pid
 
+    def root(self) -> Root:
+        """The sandbox's root held open for the host to read beneath it (sandbox/inside.py), nothing of it run;
+        SandboxError once the sandbox is not running."""
+        if self._init_pid is None:
+            raise SandboxError("the sandbox is not running (call start() first)")
+        return Root(transfer.open_root(self._init_pid, self._alive))
+
+    def command_path(self, env: dict[str, str] | None = None) -> str:
+        """The PATH a command run with ``env`` gets (the task's and the Dockerfile's ENV, else the default)."""
+        return {**self._dockerfile_env, **self.config.env, **(env or {})}.get("PATH") or DEFAULT_PATH
+
     @property
     def userland(self) -> str:
         """What the sandbox's programs are: ``host userland`` or ``image <rootfs>`` (for messages)."""
@@ -126,50 +162,46 @@ class Sandbox:
     def network_mark(self) -> int:
         """A mark for ``names_asked(since=...)``: the number of DNS queries recorded so far."""
         self._drain_reports()
-        return len(self._queries)
+        return self._asked.mark()
 
     def names_asked(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> list[str]:
         """The host names asked of the sandbox's resolver between the marks ``since`` and ``until`` (``network_mark``;
-        default: now), first-asked first, each once. ``commands_only``: only those asked by a process descending
-        from a command that was running then (not by an orphan, e.g. a daemon an earlier command left behind)."""
+        default: now), first-asked first, each once (at most 64 per span between two marks and kind of asker).
+        ``commands_only``: only those asked by a process descending from a command that was running then (not by
+        an orphan, e.g. a daemon an earlier command left behind)."""
         self._drain_reports()
-        names: list[str] = []
-        for q in self._queries[since:until]:
-            labels = str(q.get("name") or "").split(".")
-            while labels and labels[0].startswith("_"):  # an SRV look-up (_http._tcp.deb.debian.org): the host's
-                labels.pop(0)
-            name = ".".join(labels)
-            if (commands_only and q.get("orphan")) or not name or name in names:
-                continue
-            names.append(name)
-        return names
+        return self._asked.names(since, commands_only, until)
+
+    def asked_count(self, since: int = 0, commands_only: bool = False, until: int | None = None) -> int:
+        """How many DNS queries came between the marks ``since`` and ``until`` (every one is counted)."""
+        self._drain_reports()
+        return self._asked.count(since, commands_only, until)
 
     def queries(self, since: int = 0) -> list[dict]:
-        """The DNS queries recorded since ``since``: ``{"name", "type", "comm", "orphan"}`` each."""
+        """The distinct DNS queries recorded since ``since``: ``{"name", "type", "comm", "orphan", "count"}`` each."""
         self._drain_reports()
-        return [dict(q) for q in self._queries[since:]]
+        return self._asked.records(since)
 
     def _drain_reports(self) -> None:
+        """Read PID 1's report pipe (also called by the event loop whenever it is readable, so it never fills)."""
         if self._report_r is None:
             return
         while True:
             try:
                 chunk = os.read(self._report_r, 1 << 16)
             except BlockingIOError:
-                break
+                return
             except OSError:
                 chunk = b""
-            if not chunk:
-                break
-            self._report_buf += chunk
-        *lines, self._report_buf = self._report_buf.split(b"\n")
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and len(self._queries) < 10000:
-                self._queries.append(record)
+            if not chunk:  # PID 1 is gone: nothing more will come
+                self._stop_reading()
+                return
+            self._asked.feed(chunk)
+
+    def _stop_reading(self) -> None:
+        if self._reading is not None and self._report_r is not None:
+            self._reading.remove_reader(self._report_r)
+        self._reading = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -190,18 +222,30 @@ class Sandbox:
         """Kill every process of the sandbox and remove its cgroup. Idempotent."""
         for proc in list(self._running):
             killpg(proc.pid)
-        if self._init_pid:
-            kill_pid(self._init_pid)  # PID 1 of the namespace: all of it dies
-        if self._proc is not None:
-            killpg(self._proc.pid)
-            try:
-                await asyncio.wait_for(self._proc.wait(), timeout=10)
-            except asyncio.TimeoutError:
+        if self._init_pidfd is not None:
+            try:  # PID 1 of the namespace: all of it dies
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
+        if self._proc is not None:
+            if self._init_pidfd is not None:  # unshare reaps its child, PID 1, and exits
+                try:
+                    await asyncio.wait_for(self._proc.wait(), timeout=10)
+                except asyncio.TimeoutError:
+                    pass
+            if self._proc.returncode is None:
+                killpg(self._proc.pid)
+                try:
+                    await asyncio.wait_for(self._proc.wait(), timeout=10)
+                except asyncio.TimeoutError:
+                    pass
             self._proc = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
+        if self._disk is not None:  # not yet mounted (a failed start): the loop device clears itself now
+            self._disk.close()
+            self._disk = None
         if self._net_proc is not None:
             killpg(self._net_proc.pid)
             try:
@@ -211,12 +255,15 @@ class Sandbox:
             self._net_proc = None
         if self._report_r is not None:
             self._drain_reports()
+            self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
-        if self._init_pid:
+        if self._init_pidfd is not None:
             deadline = time.monotonic() + 10
-            while Path(f"/proc/{self._init_pid}").exists() and time.monotonic() < deadline:
+            while not _exited(self._init_pidfd) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
+            os.close(self._init_pidfd)
+            self._init_pidfd = None
         if self._cgroup is not None:
             self._cgroup.kill_all()
             self._cgroup.remove()
@@ -243,8 +290,11 @@ class Sandbox:
             except OSError:
                 pass
         self._report_r = report_r
+        self._disk = await self._storage_disk()
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
+            "disk": self._disk.device if self._disk else None,
+            "disk_options": DISK_MOUNT_OPTIONS,
             "hide": [] if cfg.rootfs else self._hidden_paths(),
             "expose": cfg.expose,
             "wall_sec": cfg.wall_sec,
@@ -255,20 +305,30 @@ class Sandbox:
             "report_fd": report_w if report_w is not None else -1,
             "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
         }
-        argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts",
+        argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "--cgroup",
                 "--propagation", "private", "--kill-child"]
         if self._userns:
             argv += ["--user", "--map-root-user"]
-        argv += ["--", sys.executable, "-I", str(INIT), f"sandbox_init:{cfg.name}", json.dumps(init_cfg)]
+        # PID 1's command line is readable inside: the interpreter, pid1.py and the config travel as fds, so that it
+        # names no host path (the repository, the venv, the exposed and hidden paths)
+        interpreter = os.open(os.path.realpath(sys.executable), os.O_PATH)
+        script, config = os.memfd_create("sandbox-init", 0), os.memfd_create("sandbox-init-config", 0)
+        os.write(script, INIT.read_bytes())
+        init_cfg["close_fds"] = [interpreter, script]
+        os.write(config, json.dumps(init_cfg).encode())
+        os.lseek(config, 0, os.SEEK_SET)
+        argv += ["--", f"/proc/self/fd/{interpreter}", "-I", "-S", f"/proc/self/fd/{script}",
+                 f"sandbox_init:{cfg.name}", str(config)]  # -S: no site-packages (.pth files), PID 1 is stdlib only
         argv = self._limit_prefix(for_init=True) + argv
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=(r,) + ((report_w,) if report_w is not None else ()), start_new_session=True,
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=(r, interpreter, script, config) + ((report_w,) if report_w is not None else ()),
+                start_new_session=True, env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
             )
         finally:
-            os.close(r)
+            for fd in (r, interpreter, script, config):
+                os.close(fd)
             if report_w is not None:
                 os.close(report_w)
         try:
@@ -282,34 +342,61 @@ class Sandbox:
             except asyncio.TimeoutError:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
-        self._init_pid = find_child_pid(self._proc.pid)
-        self._init_start = _start_time(self._init_pid)
+        if self._disk is not None:  # mounted in the sandbox's namespace, which holds it from now on
+            self._disk.close()
+            self._disk = None
+        if report_r is not None:  # read the records as they come: a full pipe would lose them
+            self._reading = asyncio.get_running_loop()
+            self._reading.add_reader(report_r, self._drain_reports)
+        pid = find_child_pid(self._proc.pid)
+        self._init_pidfd = _pidfd_of_child(pid, self._proc.pid)
+        self._init_pid = pid
         if cfg.network != "none":
             await self._attach_network()
         self.logger.debug(f"local sandbox up: init host pid {self._init_pid}, mode "
                           f"{'userns' if self._userns else 'root'}, network {cfg.network}"
                           + (f", rootfs {cfg.rootfs}" if cfg.rootfs else ""))
 
+    async def _storage_disk(self) -> Disk | None:
+        """The disk-backed root (sandbox/storage.py) where ``storage_mb`` exceeds what the tmpfs may hold (memory),
+        else None; where none can be had the root stays a tmpfs, with a warning."""
+        cfg = self.config
+        if cfg.storage_mb <= cfg.tmpfs_budget_mb():
+            return None
+        reason = "a user namespace cannot mount a file system image" if self._userns else disk_unavailable()
+        if reason is None:
+            try:
+                return await make_disk(str(cfg.disk_dir or tempfile.gettempdir()), cfg.storage_mb)
+            except OSError as exc:
+                reason = str(exc)
+        self.logger.warning(f"local sandbox: storage_mb={cfg.storage_mb} is not honoured: {reason}; every write "
+                            f"shares a tmpfs of {cfg.tmpfs_budget_mb()} MiB (7/8 of memory_mb)")
+        return None
+
     async def _attach_network(self) -> None:
         """Start pasta or slirp4netns on the sandbox's network namespace and wait for its default route. The
         helper dies with this process (``setpriv --pdeathsig``) or at ``stop``."""
         tool, pid = self.config.network, self._init_pid
-        fds: list[int] = []
+        fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in ("net", "user")[:1 + self._userns]]
+        if _exited(self._init_pidfd):  # opened while PID 1 ran: they are its namespaces, not a reused pid's
+            for fd in fds:
+                os.close(fd)
+            raise SandboxError("sandbox failed to start: its PID 1 exited")
+        netns, userns = f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[-1]}"
         if tool == "pasta":
-            fds.append(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY))
             argv = ["pasta", "-f", "-q", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
                     "--no-map-gw", "-a", NET_ADDRESS, "-n", "24", "-g", NET_GATEWAY, "--dns-forward", NET_DNS,
-                    "--netns", f"/proc/self/fd/{fds[0]}"]
+                    "--netns", netns]
             if self._userns:
-                fds.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY))
-                argv += ["--userns", f"/proc/self/fd/{fds[1]}"]
+                argv += ["--userns", userns]
             else:
                 argv[1:1] = ["--runas", "0"]  # as root it would switch to nobody, who cannot join a root-owned netns
         else:
-            argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox"]
+            argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    "--netns-type=path"]
             if self._userns:
-                argv += [f"--userns-path=/proc/{pid}/ns/user"]
-            argv += [str(pid), "tap0"]
+                argv += [f"--userns-path={userns}"]
+            argv += [netns, "tap0"]
         try:
             self._net_proc = await asyncio.create_subprocess_exec(
                 "setpriv", "--pdeathsig", "KILL", "--", *argv, stdin=subprocess.DEVNULL,
@@ -349,116 +436,83 @@ class Sandbox:
 
     # ------------------------------------------------------------------ commands and files
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-                   timeout_sec: float | None = None, user: str | int | None = None) -> ExecResult:
+                   timeout_sec: float | None = None, user: str | int | None = None,
+                   until_exit: bool = False) -> ExecResult:
         """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: root).
 
         Raises ``SandboxExecTimeoutError`` past ``timeout_sec``; then, and when the call is cancelled,
-        the command's whole process group is killed."""
+        the command's whole process group is killed. ``until_exit``: the output is read until the command exits (and
+        a second more), not until every process it left in the background closes it (a verifier's own server)."""
+        if self._init_pid is not None and not self._alive():  # the end of the sandbox: nothing enters it again
+            return ExecResult(stdout="", stderr=SANDBOX_DIED.decode().lstrip(), return_code=137)
         script = f"cd {shlex.quote(cwd or self.workdir)} || exit 1\n{command}"
         full_env = {**self._dockerfile_env, **self.config.env, **(env or {})}
         inner, spec = await self._inner_argv(["/bin/bash", "-c", script], user, full_env)
         try:
             rc, out, err = await self._run(inner, timeout=timeout_sec, env=full_env, user_spec=spec,
-                                           cap=self.config.max_output_bytes)
+                                           cap=self.config.max_output_bytes, until_exit=until_exit)
         finally:
             self._drain_reports()  # the records of this command's queries are in the pipe by now
         if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
             # a command failure, not an infrastructure error: the task (e.g. a full tmpfs) did it
             self.logger.warning("local sandbox: the sandbox died under a command")
-            err += (b"\nlocal sandbox: the sandbox died (its PID 1 is gone: killed, out of memory, or past "
-                    b"wall_sec); this command and every later one fail\n")
+            err += SANDBOX_DIED
             rc = 137
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root."""
+        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root. The host writes it
+        itself, beneath the sandbox's root (sandbox/transfer.py): no program of the sandbox runs."""
         source = Path(source_path)
         if not source.is_file():
             raise FileNotFoundError(f"Source file not found: {source}")
-        script = ('t=$(mktemp -d /tmp/.hb-up.XXXXXX) && tar -xf - -C "$t" || exit 1\n'
-                  'if [ -d "$1" ]; then dest="$1/$2"; else mkdir -p "$(dirname "$1")" && dest="$1"; fi\n'
-                  'mv -f "$t/f" "$dest"; rc=$?; rm -rf "$t"; exit $rc')
-        await self._checked(["/bin/sh", "-c", script, "sh", target_path, source.name], tar_of_file(source, "f"),
-                            f"upload {source} -> {target_path}")
+        await self._transfer(transfer.upload_file, source, target_path)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy the contents of a host folder into ``target_dir`` (created), owned by root."""
+        """Copy the contents of a host folder into ``target_dir`` (created), owned by root; links stay links."""
         source = Path(source_dir)
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory not found: {source}")
-        await self._checked(["/bin/sh", "-c", 'mkdir -p "$1" && tar -xf - -C "$1"', "sh", target_dir],
-                            tar_of_dir(source), f"upload {source} -> {target_dir}")
+        await self._transfer(transfer.upload_dir, source, target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        """Copy a sandbox file to ``target_path`` on the host (parent folders created), streamed; a file
-        over ``max_download_bytes`` (a sparse one counts its full size) fails with ``SandboxError`` and
-        leaves no target file."""
-        cap = self.config.max_download_bytes
+        """Copy a sandbox file to ``target_path`` on the host (parent folders created); a file over
+        ``max_download_bytes`` (a sparse one counts its full size) fails with ``SandboxError`` and leaves no
+        target file. Read by the host through an fd beneath the sandbox's root: no program of the sandbox runs."""
         target = Path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        what = f"download {source_path}"
-        proc = await self._spawn(["/bin/cat", "--", source_path], env=None, user_spec=None, stdin=False)
         try:
-            with open(target, "wb") as f:
-                async def copy() -> None:
-                    total = 0
-                    while chunk := await proc.stdout.read(1 << 16):
-                        total += len(chunk)
-                        if total > cap:
-                            raise SandboxError(f"local sandbox: {what} refused: larger than max_download_bytes={cap}")
-                        f.write(chunk)
-
-                _, (err, _) = await self._supervise(proc, asyncio.gather(copy(), _read_capped(proc.stderr, 1 << 16)),
-                                                    _TRANSFER_TIMEOUT_SEC)
-            if proc.returncode != 0:
-                raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
-                                   f"{err.decode(errors='replace').strip()}")
+            await self._transfer(transfer.download_file, source_path, target, self.config.max_download_bytes)
         except BaseException:
             target.unlink(missing_ok=True)
             raise
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copy the contents of a sandbox folder into ``target_dir`` on the host (devices and FIFOs skipped),
-        streamed. Files over ``max_download_bytes`` (sparse ones count their full size) are skipped with a
-        warning; a stream over that cap in all fails with ``SandboxError``."""
-        cap = self.config.max_download_bytes
-        script = ('cd "$1" || exit 1\n'
-                  'find . -type f -size +"$2"c -printf "skipped %p: %s bytes, over max_download_bytes\\n" >&2\n'
-                  'find . -mindepth 1 ! \\( -type f -size +"$2"c \\) -print0 | tar --null --no-recursion -T - -cf -')
-        what = f"download {source_dir}"
-        r, w = os.pipe()
-        try:
-            proc = await self._spawn(["/bin/sh", "-c", script, "sh", source_dir, str(cap)], env=None, user_spec=None,
-                                     stdin=False, stdout=w)
-        except BaseException:
-            os.close(r)
-            raise
-        finally:
-            os.close(w)
-        reader = CappedReader(os.fdopen(r, "rb"), cap + 1024 * 1024, what)  # + tar headers
-        extract = asyncio.ensure_future(asyncio.to_thread(extract_tar_stream, reader, Path(target_dir)))
-        try:
+        """Copy the contents of a sandbox folder into ``target_dir`` on the host: folders, regular files, and links
+        that stay inside it (links out, devices, FIFOs and mount points below it skipped). Files over
+        ``max_download_bytes`` (sparse ones count their full size) are skipped with a warning; more than that cap in
+        all fails with ``SandboxError``."""
+        what = f"local sandbox: download {source_dir}"
+        await self._transfer(transfer.download_dir, source_dir, Path(target_dir), self.config.max_download_bytes,
+                             lambda line: self.logger.warning(f"{what}: {line}"))
+
+    async def _transfer(self, move, *args) -> None:
+        """Run one of sandbox/transfer.py's moves in a thread, with an fd of this sandbox's root."""
+        if self._init_pid is None:
+            raise SandboxError("the sandbox is not running (call start() first)")
+
+        def run() -> None:
+            root = transfer.open_root(self._init_pid, self._alive)
             try:
-                (err, _), _ = await self._supervise(proc, asyncio.gather(_read_capped(proc.stderr, 1 << 16),
-                                                                         asyncio.shield(extract)),
-                                                    _TRANSFER_TIMEOUT_SEC)
-            except BaseException:
-                reader.close()
-                await asyncio.gather(extract, return_exceptions=True)
-                raise
-        finally:
-            reader.close()
-        for line in err.decode(errors="replace").splitlines():
-            if line.startswith("skipped "):
-                self.logger.warning(f"local sandbox: {what}: {line}")
-        if proc.returncode != 0:
-            raise SandboxError(f"local sandbox: {what} failed (exit {proc.returncode}): "
-                               f"{err.decode(errors='replace').strip()}")
+                move(root, *args)
+            finally:
+                os.close(root)
+
+        await asyncio.to_thread(run)
 
     # ------------------------------------------------------------------ internals
     def _alive(self) -> bool:
-        """Whether the sandbox's PID 1 still runs (the same process, not a reused pid)."""
-        return self._init_pid is not None and _start_time(self._init_pid) == self._init_start
+        """Whether the sandbox's PID 1 still runs (the same process: it is held by a pidfd, not by its pid)."""
+        return self._init_pidfd is not None and not _exited(self._init_pidfd)
 
     def _choose_mode(self) -> None:
         cfg = self.config
@@ -532,9 +586,9 @@ class Sandbox:
     def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
         """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
-        spec = {"pid": self._init_pid, "userns": self._userns, "uid": u["uid"], "gid": u["gid"],
-                "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner, "env": env,
-                "seccomp": True}
+        spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
+                "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
+                "env": env, "seccomp": True}
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
         os.write(fd, json.dumps(spec).encode())
         os.lseek(fd, 0, os.SEEK_SET)
@@ -544,13 +598,16 @@ class Sandbox:
                      stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
         if self._init_pid is None:
             raise SandboxError("the sandbox is not running (call start() first)")
+        if not self._alive():
+            raise SandboxError("local sandbox: the sandbox is gone (its PID 1 exited: killed, out of memory, or past "
+                               "wall_sec); nothing runs in it any more")
         cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
         cmd_env.setdefault("HOME", "/root")
         argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd,),
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd, self._init_pidfd),
                 env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
             )
         finally:
@@ -590,7 +647,7 @@ class Sandbox:
 
     async def _run(self, inner: list[str], *, stdin: bytes | None = None, timeout: float | None = None,
                    env: dict[str, str] | None = None, user_spec: dict | None = None,
-                   cap: int | None = None) -> tuple[int, bytes, bytes]:
+                   cap: int | None = None, until_exit: bool = False) -> tuple[int, bytes, bytes]:
         """Run a command; of its stdout and stderr the first ``cap`` bytes each are kept (the rest is read
         and dropped, and a truncation note is appended)."""
         cap = cap or self.config.max_output_bytes
@@ -607,19 +664,26 @@ class Sandbox:
             finally:
                 proc.stdin.close()
 
-        _, (out, n_out), (err, n_err) = await self._supervise(
-            proc, asyncio.gather(feed(), _read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap)), timeout)
+        reads = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
+        _, ((out, n_out), (err, n_err)) = await self._supervise(
+            proc, asyncio.gather(feed(), self._until_exit(proc, reads) if until_exit else reads), timeout)
         if n_out > cap:
             out += _truncated(n_out, cap)
         if n_err > cap:
             err += _truncated(n_err, cap)
         return proc.returncode if proc.returncode is not None else -1, out, err
 
-    async def _checked(self, inner: list[str], stdin: bytes | None, what: str) -> bytes:
-        rc, out, err = await self._run(inner, stdin=stdin, timeout=_TRANSFER_TIMEOUT_SEC)
-        if rc != 0:
-            raise SandboxError(f"local sandbox: {what} failed (exit {rc}): {err.decode(errors='replace').strip()}")
-        return out
+    @staticmethod
+    async def _until_exit(proc: asyncio.subprocess.Process, reads: asyncio.Future, grace_sec: float = 1.0):
+        """``reads`` of a command's output until it exits, then ``grace_sec`` more; then its pipes are closed (the
+        readers end with what came)."""
+        while not reads.done() and proc.returncode is None:  # (proc.wait() waits for the pipes too, on 3.11)
+            await asyncio.wait({reads}, timeout=0.05)
+        if not reads.done() and not (await asyncio.wait({reads}, timeout=grace_sec))[0]:
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        return await reads
 
     def _hidden_paths(self) -> list[str]:
         out: list[str] = []

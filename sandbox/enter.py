@@ -1,8 +1,9 @@
 """Enter a running sandbox and run one command there with a task's privileges (replaces nsenter + setpriv).
 Runs in: the host's Python (>= 3.11, standard library only), as ``python -I -S enter.py FD`` from sandbox.core.
 
-FD is an inherited memfd holding the JSON spec (``pid``, ``userns``, ``uid``, ``gid``, ``groups``, ``caps``,
-``seccomp``, ``argv``, ``env``). Everything is loaded before it enters; after the chroot only system calls run.
+FD is an inherited memfd holding the JSON spec (``pid``, ``pidfd``, ``userns``, ``uid``, ``gid``, ``groups``,
+``caps``, ``seccomp``, ``argv``, ``env``). Everything is loaded before it enters; after the chroot only system calls
+run.
 The order of the steps: docs/sandbox.md#inside-the-modules.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import errno
 import os
+import select
 import signal
 import struct
 import sys
@@ -19,13 +22,13 @@ EXIT_SANDBOX_GONE = 251  # the sandbox's PID 1 is not there (any more): core tur
 EXIT_ENTER_FAILED = 252
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-NAMESPACES = (("mnt", CLONE_NEWNS), ("uts", CLONE_NEWUTS), ("ipc", CLONE_NEWIPC), ("net", CLONE_NEWNET),
-              ("pid", CLONE_NEWPID))
+NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWCGROUP
 
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -172,7 +175,7 @@ def main() -> None:
     fd = int(sys.argv[1])
     with os.fdopen(fd, "rb") as f:
         spec = json.loads(f.read())
-    pid = int(spec["pid"])
+    pid, pidfd = int(spec["pid"]), int(spec["pidfd"])
     argv = [os.fsencode(a) for a in spec["argv"]]
     env = {os.fsencode(k): os.fsencode(v) for k, v in spec["env"].items()}
     keep = sorted(set(int(c) for c in spec["caps"]))
@@ -197,25 +200,25 @@ def main() -> None:
             f.write("500")
     except OSError:
         pass
+    # The sandbox's PID 1 is held by a pidfd: its pid alone may name another process once it is gone.
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
     try:
-        fds = {}
-        if userns:
-            fds["user"] = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
-        for name, _ in NAMESPACES:
-            fds[name] = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY)
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY)
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
+        root_fd = -1
+    if poller.poll(0) or root_fd < 0:  # running after the open: that root is PID 1's, not a reused pid's
         _fail(EXIT_SANDBOX_GONE, "the sandbox is not running any more (its PID 1 is gone)")
-    except OSError as exc:
-        _fail(EXIT_ENTER_FAILED, f"cannot open the sandbox's namespaces: {exc}")
+    flags = NAMESPACES | (CLONE_NEWUSER if userns else 0)
+    if _libc.setns(pidfd, flags) != 0:  # all at once, those of the process the pidfd holds (Linux >= 5.8)
+        e = ctypes.get_errno()
+        if e == errno.ESRCH:
+            _fail(EXIT_SANDBOX_GONE, "the sandbox is not running any more (its PID 1 is gone)")
+        _fail(EXIT_ENTER_FAILED, f"cannot enter the sandbox's namespaces (setns by pidfd needs Linux >= 5.8): "
+                                 f"{os.strerror(e)}")
+    os.close(pidfd)
     try:
-        # 2. into the namespaces and the sandbox's root
-        if userns:
-            _check(_libc.setns(fds["user"], CLONE_NEWUSER), "setns user")
-        for name, flag in NAMESPACES:
-            _check(_libc.setns(fds[name], flag), f"setns {name}")
-        for f in fds.values():
-            os.close(f)
+        # 2. into the sandbox's root
         os.fchdir(root_fd)
         _check(_libc.chroot(b"."), "chroot")
         os.close(root_fd)

@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from sandbox.errors import EnvironmentBuildError
 
 ROOTFS_MARKERS = ("bin", "usr", "etc")
 PULL_TIMEOUT_SEC = 900
+NO_DEVICES = "no-device-nodes"  # beside an unpacked rootfs: its device nodes are gone
 
 
 def default_cache_dir() -> Path:
@@ -82,6 +84,19 @@ def _run(argv: list[str], what: str, timeout: float = PULL_TIMEOUT_SEC) -> None:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-1500:]
         raise EnvironmentBuildError(f"{what}: {' '.join(argv[:2])} failed (exit {proc.returncode}): {tail}")
+
+
+def drop_device_nodes(root: Path) -> list[str]:
+    """Remove every character and block device node under an unpacked image's ``root`` (a task's image may carry
+    kmsg or kvm; the sandbox's /dev holds Docker's default devices, and its root is mounted nodev as well)."""
+    dropped = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if stat.S_ISCHR(mode := os.lstat(path).st_mode) or stat.S_ISBLK(mode):
+                os.unlink(path)
+                dropped.append(os.path.relpath(path, root))
+    return dropped
 
 
 def _source_kind(source: Path) -> str:
@@ -186,6 +201,9 @@ class ImageStore:
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
+            if not (final / NO_DEVICES).exists():  # just unpacked, or unpacked before device nodes were dropped
+                drop_device_nodes(final / "rootfs")
+                (final / NO_DEVICES).touch()
         env, workdir = _read_config(final)
         return ImageRoot(final / "rootfs", env=env, workdir=workdir, source=source)
 

@@ -1,5 +1,5 @@
 """PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
-Runs in: any Python >= 3.11, standard library only, as ``python -I pid1.py sandbox_init:NAME CONFIG`` (sandbox.core).
+Runs in: any Python >= 3.11, standard library only, as ``python -I -S pid1.py sandbox_init:NAME CONFIG_FD`` (core).
 
 It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
 the owning process closes; the kernel then kills every process of the namespace.
@@ -18,6 +18,7 @@ import platform
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -63,16 +64,12 @@ def pivot_root(new: str, old: str) -> None:
 
 
 def overlay(lower: str, upper: str, work: str, target: str) -> None:
+    """An overlay, nodev: a device node in an image (or in its upper layer) opens nothing."""
     opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
     try:
-        mount("overlay", target, "overlay", 0, opts)
+        mount("overlay", target, "overlay", MS_NODEV, opts)
     except OSError:  # in a user namespace: no trusted.* xattrs
-        mount("overlay", target, "overlay", 0, opts + ",userxattr")
-
-
-def bind_ro(path: str) -> None:
-    mount(path, path, None, MS_BIND)
-    mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        mount("overlay", target, "overlay", MS_NODEV, opts + ",userxattr")
 
 
 def loopback_up() -> None:
@@ -94,14 +91,216 @@ ALLOWED_TOP = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc")
 VAR_DIRS = ("backups", "cache", "lib", "local", "log", "mail", "opt", "spool", "tmp")
 VAR_ALLOWED = ("lib/dpkg", "lib/apt", "lib/ucf", "lib/pam", "lib/python", "lib/ca-certificates",
                "lib/ca-certificates-java", "lib/sgml-base", "lib/xml-core", "cache/debconf", "cache/ldconfig")
-# secrets of the host's /etc: password hashes are replaced by "*", private keys are removed
+# secrets of the host's /etc: password hashes are replaced by "*", private keys are removed, and so is every
+# other file or folder that other users may not read (not_world_readable), but for policy that holds no secret
 ETC_SANITIZED = ("shadow", "shadow-", "gshadow", "gshadow-")
 ETC_REMOVED_GLOBS = ("ssh/ssh_host_*_key", "ssl/private/*", "security/opasswd", "krb5.keytab")
+ETC_KEPT = (".pwd.lock", "sudoers", "sudoers.d")  # an empty lock file; sudo refuses to run without its policy
 
 
-def _sanitize_etc(root: str) -> None:
+def not_world_readable(top: str) -> list[str]:
+    """The files under ``top`` that other users may not read and the folders they may not list or enter (not
+    descended into), relative to ``top``; symlinks are left to their targets."""
+    out: list[str] = []
+
+    def walk(path: str, rel: str) -> None:
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            sub = f"{rel}{entry.name}"
+            if stat.S_ISDIR(mode):
+                if mode & 0o005 != 0o005:
+                    out.append(sub)
+                else:
+                    walk(entry.path, sub + "/")
+            elif not stat.S_ISLNK(mode) and not mode & 0o004:
+                out.append(sub)
+
+    walk(top, "")
+    return out
+
+# what Docker masks in /proc and /sys (moby's default masked paths), and /proc/kmsg
+MASKED = ("proc/acpi", "proc/asound", "proc/kcore", "proc/keys", "proc/latency_stats", "proc/timer_list",
+          "proc/timer_stats", "proc/sched_debug", "proc/scsi", "proc/kmsg", "sys/firmware",
+          "sys/devices/virtual/powercap")
+
+SYS_OPENAT2 = 437  # one number on every architecture of the unified syscall table (Linux >= 5.6)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class Root:
+    """The sandbox's root while PID 1 builds it: every path PID 1 writes or mounts on there is resolved beneath it
+    as the sandbox will see it (openat2 ``RESOLVE_IN_ROOT``: an image's ``etc -> /host/dir`` leads to
+    ``<root>/host/dir``, ``..`` stops at the root), and each mount goes onto the fd it resolved to."""
+
+    def __init__(self, path: str):  # opened after the root's own mount, so that it sees the mounts on top
+        self.path = path
+        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def open(self, rel: str, flags: int = os.O_PATH, mode: int = 0) -> int:
+        how = _OpenHow(flags | os.O_CLOEXEC, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+        fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(self.fd), ctypes.c_char_p(rel.encode()),
+                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"/{rel.strip('/')} in the sandbox's root: {os.strerror(e)}")
+        return fd
+
+    def _parent(self, rel: str) -> tuple[int, str]:
+        """(an fd of the folder holding ``rel``, made where missing; ``rel``'s last name)."""
+        head, _, name = rel.strip("/").rpartition("/")
+        if not name or name in (".", ".."):
+            raise OSError(errno.EINVAL, f"/{rel}: not a name in the sandbox's root")
+        return self.folder(head), name
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """``rel``'s own status (a symlink is not followed), None where it is missing."""
+        try:
+            parent, name = self._parent_existing(rel)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(parent)
+
+    def _parent_existing(self, rel: str) -> tuple[int, str]:
+        head, _, name = rel.strip("/").rpartition("/")
+        return self.open(head or ".", os.O_PATH | os.O_DIRECTORY), name
+
+    def folder(self, rel: str, mode: int = 0o755, _links: int = 0) -> int:
+        """An fd of the folder ``rel``, each missing folder on its way made with ``mode`` (a symlink to a missing
+        folder: that folder, as ``mkdir -p`` does inside the sandbox)."""
+        parts = [p for p in rel.split("/") if p]
+        fd, done = os.dup(self.fd), ""
+        try:
+            while parts:
+                name = parts.pop(0)
+                step = f"{done}/{name}"
+                try:
+                    nxt = self.open(step, os.O_PATH | os.O_DIRECTORY)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(name, mode, dir_fd=fd)  # mkdirat: a symlink at ``name`` is not followed
+                    except FileExistsError:
+                        pass
+                    try:
+                        nxt = self.open(step, os.O_PATH | os.O_DIRECTORY)
+                    except FileNotFoundError:
+                        if _links >= 40 or not stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                            raise
+                        target = os.readlink(name, dir_fd=fd)
+                        base = "" if target.startswith("/") else done
+                        return self.folder("/".join([base, target, *parts]), mode, _links + 1)
+                os.close(fd)
+                fd, done = nxt, step
+            fd, out = -1, fd
+            return out
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def file(self, rel: str) -> int:
+        """An fd of the file ``rel`` (made empty where missing: a mount point)."""
+        parent, name = self._parent(rel)
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=parent))
+        except FileExistsError:
+            pass
+        finally:
+            os.close(parent)
+        return self.open(rel, os.O_PATH)
+
+    def write(self, rel: str, text: str, like: os.stat_result | None = None) -> None:
+        """``rel`` replaced by a new file holding ``text`` (a symlink there is replaced, never followed), with the
+        owner and mode of ``like`` (else root's, 0644)."""
+        parent, name = self._parent(rel)
+        try:
+            try:
+                os.unlink(name, dir_fd=parent)
+            except FileNotFoundError:
+                pass
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=parent)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                if like is not None:
+                    os.fchown(f.fileno(), like.st_uid, like.st_gid)
+                os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode) if like is not None else 0o644)
+        finally:
+            os.close(parent)
+
+    def remove(self, rel: str) -> None:
+        """``rel`` gone (a folder with everything in it; a symlink itself, not what it points at)."""
+        parent, name = self._parent_existing(rel)
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+                try:
+                    for entry in os.listdir(sub):
+                        self.remove(f"{rel}/{entry}")
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=parent)
+            else:
+                os.unlink(name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def symlink(self, target: str, rel: str) -> None:
+        parent, name = self._parent(rel)
+        try:
+            os.symlink(target, name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def mount(self, src: str, rel: str, fstype: str | None, flags: int = 0, data: str | None = None,
+              is_file: bool = False) -> None:
+        """``mount`` onto ``rel`` (a folder, or with ``is_file`` a file, made where missing)."""
+        fd = self.file(rel) if is_file else self.folder(rel)
+        try:
+            mount(src, f"/proc/self/fd/{fd}", fstype, flags, data)
+        except OSError as exc:
+            raise OSError(exc.errno, f"mount {fstype or 'bind'} {src} on /{rel.strip('/')} in the sandbox's root "
+                                     f"({data or ''}): {os.strerror(exc.errno)}") from None
+        finally:
+            os.close(fd)
+
+    def remount(self, rel: str, flags: int) -> None:
+        """Change the flags of the mount on ``rel`` (resolved again: the fd of the folder under it would not do)."""
+        fd = self.open(rel, os.O_PATH)
+        try:
+            mount("none", f"/proc/self/fd/{fd}", None, MS_REMOUNT | MS_BIND | flags)
+        finally:
+            os.close(fd)
+
+    def bind_ro(self, rel: str) -> None:
+        fd = self.open(rel, os.O_PATH)
+        try:
+            mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", None, MS_BIND)
+        finally:
+            os.close(fd)
+        self.remount(rel, MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _sanitize_etc(root: Root) -> None:
     for name in ETC_SANITIZED:
-        host, inside = f"/etc/{name}", f"{root}/etc/{name}"
+        host = f"/etc/{name}"
         if not os.path.isfile(host):
             continue
         try:
@@ -113,36 +312,45 @@ def _sanitize_etc(root: str) -> None:
                 if len(fields) > 1:
                     fields[1] = "*"
                 out.append(":".join(fields))
-            with open(inside, "w") as f:
-                f.write("\n".join(out) + ("\n" if out else ""))
+            root.write(f"etc/{name}", "\n".join(out) + ("\n" if out else ""), like=os.stat(host))
         except OSError:  # an unprivileged user namespace cannot read it either: it stays unreadable
             try:
-                os.unlink(inside)
+                root.remove(f"etc/{name}")
             except OSError:
                 pass
     for pattern in ETC_REMOVED_GLOBS:
         for host in glob.glob(f"/etc/{pattern}"):
             try:
-                os.unlink(root + host)
+                root.remove(host)
             except OSError:
+                pass
+    for rel in not_world_readable("/etc"):
+        if rel not in ETC_SANITIZED and rel not in ETC_KEPT:
+            try:
+                root.remove(f"etc/{rel}")
+            except OSError:  # an unprivileged user namespace: neither PID 1 nor the task can read it
                 pass
 
 
-def _overlay_or_bind(src: str, dst: str, stage: str, key: str) -> None:
+def _overlay_or_bind(src: str, root: Root, rel: str, stage: str, key: str) -> None:
     upper, work = f"{stage}/u/{key}", f"{stage}/w/{key}"
     os.makedirs(upper)
     os.makedirs(work)
+    fd = root.folder(rel)
+    dst = f"/proc/self/fd/{fd}"
     try:
         overlay(src, upper, work, dst)
     except OSError:  # a directory holding other mounts, in a user namespace: read-only bind
         try:
             mount(src, dst, None, MS_BIND | MS_REC)
             try:
-                mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+                root.remount(rel, MS_RDONLY | MS_NODEV)
             except OSError:
                 pass
         except OSError:
             pass  # stays empty
+    finally:
+        os.close(fd)
 
 
 def _open_exposed(paths: list[str]) -> list[tuple[str, int, bool]]:
@@ -156,69 +364,55 @@ def _open_exposed(paths: list[str]) -> list[tuple[str, int, bool]]:
     return out
 
 
-def _expose(root: str, host: str, fd: int, is_dir: bool) -> None:
-    """``host`` visible read-only at the same path."""
-    dst = root + host
-    if is_dir:
-        os.makedirs(dst, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if not os.path.exists(dst):
-            open(dst, "w").close()
-    src = f"/proc/self/fd/{fd}"
-    mount(src, dst, None, MS_BIND | MS_REC)
-    os.close(fd)
+def _expose(root: Root, host: str, fd: int, is_dir: bool) -> None:
+    """``host`` visible read-only at the same path (as the sandbox resolves it)."""
     try:
-        mount(dst, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+        root.mount(f"/proc/self/fd/{fd}", host, None, MS_BIND | MS_REC, is_file=not is_dir)
+    except OSError as exc:
+        raise OSError(exc.errno, f"expose {host}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        root.remount(host, MS_RDONLY | MS_NOSUID)
     except OSError:
-        mount(dst, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        root.remount(host, MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _host_folders(root: str, stage: str) -> None:
+def _host_folders(root: Root, stage: str) -> None:
     """Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs)."""
-    mount(root, root, None, MS_BIND)  # a mount point for pivot_root, on the same tmpfs (one size budget)
     for name in sorted(os.listdir("/")):
-        src, dst = f"/{name}", f"{root}/{name}"
+        src = f"/{name}"
         if os.path.islink(src):
-            os.symlink(os.readlink(src), dst)
+            root.symlink(os.readlink(src), name)
         elif os.path.isdir(src):
-            os.mkdir(dst, 0o700 if name == "root" else 0o755)
+            os.close(root.folder(name, 0o700 if name == "root" else 0o755))
             if name in ALLOWED_TOP:
-                _overlay_or_bind(src, dst, stage, name)
+                _overlay_or_bind(src, root, name, stage, name)
     for name in ("root", "home", "opt", "srv", "mnt", "media", "var"):
-        os.makedirs(f"{root}/{name}", mode=0o700 if name == "root" else 0o755, exist_ok=True)
+        os.close(root.folder(name, mode=0o700 if name == "root" else 0o755))
     for name in VAR_DIRS:
-        os.makedirs(f"{root}/var/{name}", exist_ok=True)
+        os.close(root.folder(f"var/{name}"))
     for name, target in (("run", "/run"), ("lock", "/run/lock")):
-        if not os.path.lexists(f"{root}/var/{name}"):
-            os.symlink(target, f"{root}/var/{name}")
+        if root.lstat(f"var/{name}") is None:
+            root.symlink(target, f"var/{name}")
     for rel in VAR_ALLOWED:
         if os.path.isdir(f"/var/{rel}") and not os.path.islink(f"/var/{rel}"):
-            os.makedirs(f"{root}/var/{rel}", exist_ok=True)
-            _overlay_or_bind(f"/var/{rel}", f"{root}/var/{rel}", stage, "var-" + rel.replace("/", "-"))
+            _overlay_or_bind(f"/var/{rel}", root, f"var/{rel}", stage, "var-" + rel.replace("/", "-"))
     _sanitize_etc(root)
 
 
-def _image_root(root: str, stage: str, rootfs_fd: int) -> None:
-    """The image's userland: one overlay over the unpacked root file system (opened before /tmp was covered)."""
-    os.makedirs(f"{stage}/u/image")
-    os.makedirs(f"{stage}/w/image")
-    overlay(f"/proc/self/fd/{rootfs_fd}", f"{stage}/u/image", f"{stage}/w/image", root)
-    os.close(rootfs_fd)
+def _image_skeleton(root: Root) -> None:
+    """The folders the sandbox needs in an image's root, where the image has nothing (not even a symlink) there."""
     for rel, mode in (("proc", 0o555), ("dev", 0o755), ("sys", 0o555), ("tmp", 0o1777), ("var/tmp", 0o1777),
                       ("run", 0o755), ("root", 0o700), ("etc", 0o755)):
-        if not os.path.lexists(f"{root}/{rel}"):
-            os.makedirs(f"{root}/{rel}", mode=mode)
+        if root.lstat(rel) is None:
+            os.close(root.folder(rel, mode))
 
 
-def _write_resolv_conf(root: str, text: str) -> None:
+def _write_resolv_conf(root: Root, text: str) -> None:
     """The sandbox's own /etc/resolv.conf (a symlink, e.g. systemd's stub, is replaced; the host's is untouched)."""
-    path = f"{root}/etc/resolv.conf"
     try:
-        if os.path.lexists(path):
-            os.unlink(path)
-        with open(path, "w") as f:
-            f.write(text)
+        root.write("etc/resolv.conf", text)
     except OSError as exc:  # a read-only /etc (user namespace without overlay): names resolve as the host's do
         print(f"sandbox: cannot write /etc/resolv.conf ({exc}); DNS queries are not recorded", file=sys.stderr)
 
@@ -230,85 +424,94 @@ def build_root(cfg: dict) -> None:
     exposed = _open_exposed(cfg.get("expose") or [])
     rootfs_fd = os.open(cfg["rootfs"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if cfg.get("rootfs") else None
     stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
-    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
+    disk = cfg.get("disk")  # storage past memory: an ext4 on a loop device (sandbox/storage.py) instead
+    if disk:
+        mount(disk, stage, "ext4", MS_NOSUID | MS_NODEV, cfg.get("disk_options") or None)
+    else:
+        mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
     for d in ("u", "w", "root"):
         os.mkdir(f"{stage}/{d}", 0o755)
-    root = f"{stage}/root"
+    path = f"{stage}/root"
+    if rootfs_fd is not None:  # the image's userland: one overlay over the unpacked root file system
+        os.makedirs(f"{stage}/u/image")
+        os.makedirs(f"{stage}/w/image")
+        overlay(f"/proc/self/fd/{rootfs_fd}", f"{stage}/u/image", f"{stage}/w/image", path)
+        os.close(rootfs_fd)
+    else:
+        mount(path, path, None, MS_BIND)  # a mount point for pivot_root, on the same tmpfs (one size budget)
+    root = Root(path)
     if rootfs_fd is not None:
-        _image_root(root, stage, rootfs_fd)
+        _image_skeleton(root)
     else:
         _host_folders(root, stage)
     if cfg.get("resolv_conf"):
         _write_resolv_conf(root, cfg["resolv_conf"])
 
-    def p(rel: str) -> str:
-        return root + rel
-
-    def ensure_dir(path: str, mode: int = 0o755) -> None:
-        os.makedirs(path, mode=mode, exist_ok=True)
-
     # /proc: a fresh instance for the new PID namespace (no /proc/1/root path to the host)
-    ensure_dir(p("/proc"))
-    mount("proc", p("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for rel in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
-        if os.path.exists(p(rel)):
+    root.mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for rel in ("proc/sys", "proc/sysrq-trigger", "proc/irq", "proc/bus", "proc/fs"):
+        if root.lstat(rel) is not None:
             try:
-                bind_ro(p(rel))
+                root.bind_ro(rel)
             except OSError:
                 pass
     # /dev
-    ensure_dir(p("/dev"))
-    mount("tmpfs", p("/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1024k,mode=755")
+    root.mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1024k,mode=755")
     for name in ("null", "zero", "full", "random", "urandom", "tty"):
         if os.path.exists(f"/dev/{name}"):
-            open(p(f"/dev/{name}"), "w").close()
-            mount(f"/dev/{name}", p(f"/dev/{name}"), None, MS_BIND)
-    for rel in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kmsg"):
-        if os.path.isfile(p(rel)):
-            try:
-                mount(p("/dev/null"), p(rel), None, MS_BIND)
-            except OSError:
-                pass
-    ensure_dir(p("/dev/pts"))
+            root.mount(f"/dev/{name}", f"dev/{name}", None, MS_BIND, is_file=True)
     try:
-        mount("devpts", p("/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-        os.symlink("pts/ptmx", p("/dev/ptmx"))
+        root.mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+        root.symlink("pts/ptmx", "dev/ptmx")
     except OSError as exc:
         print(f"sandbox: no devpts ({exc}); pseudo-terminals (tmux) will not work", file=sys.stderr)
-    ensure_dir(p("/dev/shm"))
-    mount("tmpfs", p("/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
+    root.mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
     for src, dst in (("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"),
                      ("/proc/self/fd/1", "stdout"), ("/proc/self/fd/2", "stderr")):
-        os.symlink(src, p(f"/dev/{dst}"))
+        root.symlink(src, f"dev/{dst}")
     # /sys read-only where allowed (needs the network namespace we own)
-    ensure_dir(p("/sys"))
     try:
-        mount("sysfs", p("/sys"), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        root.mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:
         try:
-            mount("tmpfs", p("/sys"), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+            root.mount("tmpfs", "sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+        except OSError:
+            pass
+    for rel in MASKED:  # as Docker does: a file reads as empty, a folder is an empty read-only tmpfs
+        st = root.lstat(rel)
+        try:
+            if st is not None and stat.S_ISREG(st.st_mode):
+                root.mount("/dev/null", rel, None, MS_BIND, is_file=True)
+            elif st is not None and stat.S_ISDIR(st.st_mode):
+                root.mount("tmpfs", rel, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
         except OSError:
             pass
     # scratch directories: fresh, never the host's
-    for rel, mode, key in (("/tmp", "1777", "tmp"), ("/var/tmp", "1777", "var_tmp"), ("/run", "755", "run")):
-        if os.path.islink(p(rel)):
+    for rel, mode, key in (("tmp", "1777", "tmp"), ("var/tmp", "1777", "var_tmp"), ("run", "755", "run")):
+        st = root.lstat(rel)
+        if st is not None and stat.S_ISLNK(st.st_mode):
             continue
-        ensure_dir(p(rel))
-        mount("tmpfs", p(rel), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(sizes.get(key) or 64)}m,mode={mode}")
+        if disk and key != "run":  # on the disk, as in a container's writable layer
+            os.mkdir(f"{stage}/{key}")
+            os.chmod(f"{stage}/{key}", int(mode, 8))
+            root.mount(f"{stage}/{key}", rel, None, MS_BIND)
+            continue
+        root.mount("tmpfs", rel, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(sizes.get(key) or 64)}m,mode={mode}")
     # hidden host paths (task sources with their solutions, the jobs dir, ...)
     for rel in cfg.get("hide") or []:
-        target = p(rel)
-        if os.path.islink(target) or not os.path.exists(target):
+        st = root.lstat(rel)
+        if st is None or stat.S_ISLNK(st.st_mode):
             continue
-        if os.path.isdir(target):
-            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
+        if stat.S_ISDIR(st.st_mode):
+            root.mount("tmpfs", rel, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
         else:
-            mount(p("/dev/null"), target, None, MS_BIND)
+            root.mount("/dev/null", rel, None, MS_BIND, is_file=True)
 
     for host, fd, is_dir in exposed:  # last: over the fresh scratch folders too
         _expose(root, host, fd, is_dir)
 
-    os.chdir(root)
+    os.close(root.fd)
+    os.chdir(path)
     pivot_root(".", ".")
     umount2(".", MNT_DETACH)
     os.chdir("/")
@@ -318,7 +521,7 @@ def build_root(cfg: dict) -> None:
 # Hand-written rather than dnsmasq & co: they log names but not which process asked, and the verifier/agent
 # split needs the asker; and a parser in Python is a smaller thing to expose to the task's packets than C as root.
 DNS_REFUSED = 5
-MAX_REPORTS = 2000  # names reported per sandbox; later queries are still answered
+MAX_NAME = 253  # a DNS name's longest form: a record stays one atomic pipe write (PIPE_BUF)
 
 
 def dns_question(data: bytes) -> tuple[bytes, str, int] | None:
@@ -417,15 +620,17 @@ def answer_dns(sock: socket.socket, report_fd: int, state: dict) -> None:
     if q is None:
         return
     reply, name, qtype = q
-    if state["reported"] < MAX_REPORTS and report_fd >= 0:
-        state["reported"] += 1
+    if report_fd >= 0:  # every query, no cap: the owner reads as they come and keeps counts and a bounded set
         pid = _socket_owner(addr[1])
         comm, orphan = _lineage(pid) if pid else ("?", True)
-        line = json.dumps({"name": name, "type": qtype, "comm": comm, "orphan": orphan}) + "\n"
+        record = {"name": name[:MAX_NAME], "type": qtype, "comm": comm[:16], "orphan": orphan}
+        if state["lost"]:
+            record["lost"] = state["lost"]
         try:
-            os.write(report_fd, line.encode())  # before the answer: the asker is still waiting, its command running
-        except OSError:  # a full pipe (the owner is not reading): the record is lost, the answer is not
-            pass
+            os.write(report_fd, (json.dumps(record) + "\n").encode())  # before the answer: its asker still runs
+            state["lost"] = 0
+        except OSError:  # a full pipe (the owner is not reading): counted, and told with the next record
+            state["lost"] += 1
     try:
         sock.sendto(reply, addr)
     except OSError:
@@ -433,7 +638,11 @@ def answer_dns(sock: socket.socket, report_fd: int, state: dict) -> None:
 
 
 def main() -> int:
-    cfg = json.loads(sys.argv[-1])
+    with os.fdopen(int(sys.argv[-1]), "rb") as f:  # the config, as a memfd: PID 1's command line is readable inside
+        cfg = json.loads(f.read())
+    for fd in cfg.get("close_fds") or []:  # the interpreter and this script, as core passed them
+        os.close(fd)
+    _libc.prctl(15, b"sandbox-init", 0, 0, 0)  # PR_SET_NAME: not the fd number it was started as
     lifeline = int(cfg.get("lifeline_fd", -1))
     deadline = time.monotonic() + float(cfg.get("wall_sec") or 86400)
     try:  # never the OOM killer's choice (commands get +500): a full tmpfs must not end the sandbox
@@ -459,22 +668,25 @@ def main() -> int:
     report_fd = int(cfg.get("report_fd", -1))
     if report_fd >= 0:
         os.set_blocking(report_fd, False)
-    dns_state = {"reported": 0}
+    dns_state = {"lost": 0}
     # From here on this process (host root in root mode) lives in the sandbox's tree, which the task
     # can write: it must never import or load anything again (no path-based imports, exit with _exit).
     sys.path[:] = []
     sys.path_hooks[:] = []
     sys.path_importer_cache.clear()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    # No handler but SIGCHLD's: the kernel drops every signal a process of the namespace sends to its init unless
+    # the init handles it (Python's own SIGINT handler included), so PID 1 is out of the task's reach; from the
+    # host only SIGKILL ends it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
     # Reap at once on SIGCHLD: zombies of killed processes would hold pids.max slots.
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    devnull = os.open("/dev/null", os.O_RDWR)  # before READY: no command has run, /dev/null is still ours
     print("READY", flush=True)
-    devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     while True:

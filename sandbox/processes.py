@@ -13,14 +13,6 @@ from pathlib import Path
 from sandbox.errors import SandboxError
 
 
-def kill_pid(pid: int) -> None:
-    """SIGKILL one process; one that is gone already is fine."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def killpg(pgid: int) -> None:
     """SIGKILL a process group; a group that is gone already is fine."""
     try:

@@ -19,7 +19,7 @@ from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode
 from episodes.remote import EpisodeServers, RemoteTaskEnvironment
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
 from harbor_tasks.generate import FAMILIES, generate
-from harbor_tasks.verdict import passed
+from harbor_tasks.verdict import TAMPER_KINDS, passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
 _LIMITS = EpisodeLimits()
@@ -49,6 +49,10 @@ class AgenticTaskArguments:
     max_output_chars: int = _LIMITS.max_output_chars
     limit_outcome: str = field(default=_LIMITS.limit_outcome, metadata={
         "help": "an episode ended by episode_wall_sec: zero | mask"})
+    tamper_outcome: str = field(default=_LIMITS.tamper_outcome, metadata={
+        "help": "an episode whose agent touched its verifier's run (its paths, its tools on PATH, processes writing "
+                "while it ran: harbor_tasks.verdict.TAMPER_KINDS): zero (scored 0) | mask (not scored); counted by "
+                "kind either way"})
     sandbox_memory_mb: int = _LIMITS.memory_mb
     sandbox_urls: list[str] = field(default_factory=list, metadata={
         "help": "episode servers (python -m episodes.server) to run the sandboxes on, e.g. http://cpu1:8200; "
@@ -75,7 +79,7 @@ class AgenticTaskArguments:
         try:
             return EpisodeLimits(command_timeout_sec=self.command_timeout_sec, episode_wall_sec=self.episode_wall_sec,
                                  max_output_chars=self.max_output_chars, limit_outcome=self.limit_outcome,
-                                 memory_mb=self.sandbox_memory_mb)
+                                 tamper_outcome=self.tamper_outcome, memory_mb=self.sandbox_memory_mb)
         except ValueError as err:
             raise ConfigError(f"episode limits: {err}") from None
 
@@ -190,6 +194,8 @@ def task_tests_reward(stats: EpisodeStats):
             totals = stats.as_dict()
             for kind, count in totals["masked_by_kind"].items():
                 log_metric(f"episodes/masked_total/{kind}", float(count))
+            for kind in TAMPER_KINDS:  # every kind at every step, so the charts have no gaps
+                log_metric(f"episodes/tampered_total/{kind}", float(totals["tampered_by_kind"].get(kind, 0)))
             log_metric("episodes/tool_errors_total", float(totals["tool_errors"]))
             if totals["sandbox_start_seconds_mean"] is not None:
                 log_metric("episodes/sandbox_start_seconds", totals["sandbox_start_seconds_mean"])

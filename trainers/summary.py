@@ -165,7 +165,8 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
 def print_agentic_summary(summary: dict) -> None:
     print(f"agentic GRPO: {summary['global_step']} steps on {summary['tasks']} tasks, {summary['episodes']} episodes "
           f"({summary['scored']} scored, pass rate {summary['pass_rate']}; not scored by kind "
-          f"{summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}); "
+          f"{summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}; tampered with "
+          f"the verifier {summary.get('tampered', 0)} {summary.get('tampered_by_kind') or '{}'}); "
           f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors); sandbox start "
           f"{summary['sandbox_start_seconds_mean']} s, verify {summary['verify_seconds_mean']} s on average; "
           f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
@@ -193,6 +194,8 @@ def write_summary(summary: dict) -> None:
     if wandb.run is not None:
         flat = {f"data/{key}": value for key, value in summary.items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        for kind, count in summary.get("tampered_by_kind", {}).items():  # agentic GRPO: tamper evidence by kind
+            flat[f"data/tampered_by_kind/{kind}"] = count
         for key, counts in summary.get("verify_requests", {}).items():  # GRPO: /verify outcomes
             flat[f"verify_requests/{key}"] = counts
         for source in summary.get("sources", []):  # SFT and GRPO corpora; agentic GRPO has tasks instead

@@ -4,10 +4,12 @@ with real parts: uvicorn on loopback, real local sandboxes, generated tasks. The
 down, by a shutdown too and when the server is killed."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from servers import ServerThread
 
 from common.errors import ConfigError
 from common.net import free_port, stop_process, wait_until_healthy
+from episodes import TOKEN_ENV
 from episodes.app import EpisodeServerConfig, create_app
 from episodes.local import (
     NOT_RUNNING,
@@ -243,11 +246,167 @@ def test_the_token_is_required_but_for_health(root):
         assert env.bash("pwd") == "/app\n" and episode_reward(env) == 0.0
 
 
-def start_server(root: Path, log: Path, *args: str) -> tuple[subprocess.Popen, str]:
+def seed(url: str, task: str = "write-value-5-0", **limits) -> dict:
+    reply = httpx.post(f"{url}/seed_session", json={"task_id": task, "limits": limits}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def health(url: str) -> dict:
+    return httpx.get(f"{url}/health", timeout=10).json()
+
+
+def wait_for(predicate, timeout: float = 30.0) -> bool:
+    """Poll until `predicate()` holds or `timeout` passes (a liveness bound, not a measurement)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def abandoned_bash(url: str, session: str, command: str, wait: float = 2.0) -> None:
+    """A /bash call whose client gives up (and, without a keepalive, looks like a dead trainer)."""
+    try:
+        httpx.post(f"{url}/bash", json={"resources_session_id": session, "command": command}, timeout=wait)
+    except httpx.HTTPError:
+        pass
+
+
+def test_limits_over_the_servers_caps_are_refused_naming_the_key_and_the_cap(root, server):
+    """A client asked for a 5 TB tmpfs and got it: every limit a client sends is capped by the server's flags."""
+    for key, value in [("storage_mb", 5 << 20), ("memory_mb", 5 << 20), ("episode_wall_sec", 1e9),
+                       ("command_timeout_sec", 1e9), ("max_output_chars", 10 ** 9)]:
+        reply = httpx.post(f"{server}/seed_session", json={"task_id": "write-value-5-0", "limits": {key: value}},
+                           timeout=60)
+        if reply.status_code == 200:  # granted: close it before failing
+            httpx.post(f"{server}/close_session", json=reply.json(), timeout=60)
+        flag = "--max_" + key.removeprefix("max_")
+        assert reply.status_code == 422, f"{key}={value} was granted: {reply.text}"
+        caps = health(server)["caps"]  # what /health says the server allows
+        assert reply.json()["detail"] == (f"limits.{key}: {value:.0f} is over this server's cap, {caps[key]:.0f} "
+                                          f"({flag}); ask for less, or start the server with a larger {flag}")
+    assert caps == {"command_timeout_sec": 1800.0, "episode_wall_sec": 7200.0, "max_output_chars": 65536,
+                    "memory_mb": 16384, "storage_mb": 32768}
+    # the trainer side: a run asking for more than its servers allow stops with that line
+    with pytest.raises(ConfigError, match=r"limits\.storage_mb: .* --max_storage_mb"):
+        reset(remote(server, limits=EpisodeLimits(storage_mb=5 << 20)), root / "write-value-5-0")
+    assert health(server)["live_sessions"] == 0
+
+
+def test_a_busy_session_ends_at_its_lease_once_its_trainer_is_gone(root):
+    """A trainer that died in the middle of a long command left its session busy, so never expired."""
+    app = create_app(EpisodeServerConfig(tasks=[root], lease_sec=2))
+    with ServerThread(app) as url:
+        session = seed(url, command_timeout_sec=900, episode_wall_sec=1200)["resources_session_id"]
+        pid = app.state.sessions._live[session].env._box.sandbox._init_pid
+        abandoned_bash(url, session, "sleep 623")
+        assert wait_for(lambda: health(url)["sessions"].get("expired", 0) == 1), "the busy session never expired"
+        assert process_gone(pid) and processes_matching("sleep 623") == []
+        late = httpx.post(f"{url}/bash", json={"resources_session_id": session, "command": "ls"}, timeout=10)
+        assert late.status_code == 404 and "expired" in late.json()["detail"]
+        # a live trainer's command longer than the lease runs to its end: its keepalive renews the lease
+        env = remote(url, limits=EpisodeLimits(command_timeout_sec=30))
+        reset(env, root / "write-value-5-0")
+        assert env.bash("sleep 5; echo done") == "done\n" and episode_reward(env) == 0.0
+        assert health(url)["sessions"]["expired"] == 1
+
+
+def test_a_session_ends_at_its_deadline_whatever_its_keepalives(root):
+    """The wall holds on the server: episode_wall_sec plus the grace after its seed, keepalives or not."""
+    app = create_app(EpisodeServerConfig(tasks=[root], lease_sec=60, wall_grace_sec=1))
+    with ServerThread(app) as url:
+        seeded = seed(url, episode_wall_sec=2)
+        session = seeded["resources_session_id"]
+        assert seeded["deadline_sec"] == 3
+        pid = app.state.sessions._live[session].env._box.sandbox._init_pid
+        abandoned_bash(url, session, "sleep 627 >/dev/null 2>&1 &")
+
+        def renewed_and_ended():
+            httpx.post(f"{url}/keepalive", json={"resources_session_ids": [session]}, timeout=10)
+            return health(url)["sessions"].get("past_deadline", 0) == 1
+
+        assert wait_for(renewed_and_ended), "keepalives kept the session past its deadline"
+        assert process_gone(pid) and processes_matching("sleep 627") == []
+        late = httpx.post(f"{url}/verify", json={"resources_session_id": session}, timeout=10)
+        assert late.status_code == 404 and "deadline" in late.json()["detail"]
+
+
+def test_one_clients_abandoned_calls_starve_neither_another_seed_nor_the_reaper(root):
+    """One client's pile of abandoned /bash calls held every thread of the server's one pool: another trainer's
+    seed waited 31 s, and the reaper with it."""
+    app = create_app(EpisodeServerConfig(tasks=[root], max_sessions=3, lease_sec=10))
+    with ServerThread(app) as url:
+        busy = seed(url, command_timeout_sec=900, episode_wall_sec=1200)["resources_session_id"]
+        idle = seed(url)["resources_session_id"]
+        idle_pid = app.state.sessions._live[idle].env._box.sandbox._init_pid
+        alive = threading.Event()
+
+        def keepalive():  # the abusive client is alive: its session is not the reaper's
+            while not alive.wait(0.5):
+                httpx.post(f"{url}/keepalive", json={"resources_session_ids": [busy]}, timeout=10)
+
+        threading.Thread(target=keepalive, daemon=True).start()
+        try:
+            calls = [threading.Thread(target=abandoned_bash, args=(url, busy, "sleep 631")) for _ in range(33)]
+            for call in calls:
+                call.start()
+            for call in calls:
+                call.join()
+            stats = EpisodeStats()
+            env = remote(url, stats, start_timeout=30)  # another trainer's episode, start to verdict
+            reset(env, root / "write-value-5-0")
+            assert env.bash("pwd") == "/app\n" and episode_reward(env) == 0.0, stats.as_dict()
+            assert wait_for(lambda: health(url)["sessions"].get("expired", 0) == 1), health(url)["sessions"]
+            assert process_gone(idle_pid)
+        finally:
+            alive.set()
+            try:
+                httpx.post(f"{url}/close_session", json={"resources_session_id": busy}, timeout=30)
+            except httpx.HTTPError:
+                pass  # a server that cannot answer: the failure above says why
+        assert wait_for(lambda: processes_matching("sleep 631") == [])
+
+
+def test_a_server_other_machines_can_reach_needs_a_token(root, tmp_path):
+    """Deployed as the docs showed (--host 0.0.0.0, no token), the server ran anyone's commands."""
+    env = {key: value for key, value in os.environ.items() if key != TOKEN_ENV}
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "episodes.server", "--tasks", str(root), "--host", "0.0.0.0",
+                                "--port", str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        def served():
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(lambda: process.poll() is not None or served(), timeout=60)
+        assert process.poll() is not None, "the server serves on 0.0.0.0 without a token"
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        stop_process(process)
+    assert process.returncode == 2 and stderr.strip() == (
+        f"error: --host 0.0.0.0 can be reached from other machines, and this server runs the commands it is sent: "
+        f"give it a bearer token (--auth_token T, or ${TOKEN_ENV}) and its clients the same, or bind to 127.0.0.1")
+    # with the token in the environment (as launch/slurm/grpo_agentic.sbatch passes it) it serves, and only to it
+    process, url = start_server(root, tmp_path / "server.log", "--host", "0.0.0.0", env={**env, TOKEN_ENV: "t0k"})
+    try:
+        assert httpx.post(f"{url}/seed_session", json={"task_id": "write-value-5-0"}).status_code == 401
+        with_token = remote(url, auth_token="t0k")
+        reset(with_token, root / "write-value-5-0")
+        assert with_token.bash("pwd") == "/app\n" and episode_reward(with_token) == 0.0
+    finally:
+        stop_process(process)
+
+
+def start_server(root: Path, log: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "episodes.server", "--tasks", str(root), "--port", str(port),
                                 *args], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_until_healthy(url, process, timeout=60, details=lambda: "\n" + log.read_text()[-2000:])
     return process, url

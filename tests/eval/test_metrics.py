@@ -55,7 +55,8 @@ def test_reads_single_step_trials():
     assert [(t["task"], t["attempt"]) for t in job.trials] == [
         (task, a) for task in ("alpha", "beta", "gamma") for a in (1, 2, 3)]
     assert by_trial["alpha__A2bbbbb"] == {"task": "alpha", "trial": "alpha__A2bbbbb", "attempt": 2, "reward": 0.0,
-                                          "rounds": [], "exception": None, "outcome": "scored", "infra_kind": None}
+                                          "rounds": [], "exception": None, "outcome": "scored", "infra_kind": None,
+                                          "tamper": {}}
     assert by_trial["beta__B1aaaaa"]["outcome"] == "agent_failure" and by_trial["beta__B1aaaaa"]["infra_kind"] is None
     assert (by_trial["gamma__G1aaaaa"]["outcome"], by_trial["gamma__G1aaaaa"]["infra_kind"]) == (
         "infra_failure", "environment_build")
@@ -105,6 +106,7 @@ def test_sample_job_matches_harbor_own_mean():
 # ------------------------------------------------------------------ single-step metrics
 
 SINGLE_KEYS = {"mean_reward", "pass_at_k", "stderr", "n_trials", "n_scored", "n_infra_errors", "infra_errors",
+               "n_tampered", "tampered",
                "infra_errors_counted", "outcomes", "exceptions"}
 
 

@@ -17,7 +17,7 @@ from eval.results import summary_line
 from eval.settings import EvalSettings, recipe_fields
 from eval.wandb_log import eval_payload
 from harbor_tasks import verdict as outcomes
-from harbor_tasks.verdict import diagnose, missing_tools, reward_of
+from harbor_tasks.verdict import TAMPER_KINDS, diagnose, judge_verifier_run, missing_tools, reward_of
 from sandbox import NetworkNeededError, VerifierToolsMissingError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,3 +171,18 @@ def test_dry_run_cli(tmp_path):
     dataset = subprocess.run([sys.executable, "-m", "eval.run", "--suite", "terminal-bench@2.0", "--dry_run"],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
     assert dataset.returncode == 2 and "harbor download terminal-bench@2.0 -o DIR" in dataset.stderr
+
+
+def test_a_tampered_run_is_never_an_infrastructure_failure_and_only_tools_the_harness_finds_missing_count():
+    out = "bash: line 1: python3: command not found"
+    assert isinstance(diagnose(0.0, out, verifier_names=[]), VerifierToolsMissingError)
+    assert isinstance(diagnose(0.0, out, verifier_names=[], absent_tools=["python3"]), VerifierToolsMissingError)
+    assert diagnose(0.0, out, verifier_names=[], absent_tools=[]) is None  # python3 is there: someone else said so
+    assert diagnose(0.0, out, verifier_names=[], tampered=True) is None
+    assert diagnose(0.0, "", verifier_names=["pypi.org"], tampered=True) is None
+    verdict = judge_verifier_run(None, "0", out, tamper={"background_writes": "sh (pid 7) wrote 40 bytes"})
+    assert (verdict.outcome, verdict.score, verdict.tamper_kinds) == ("scored", 0.0, ["background_writes"])
+    assert judge_verifier_run(None, None, tamper={"verifier_paths": "x"}).tamper_kinds == ["verifier_paths"]
+    assert TAMPER_KINDS == ("verifier_paths", "shadowed_tools", "background_writes")
+    with pytest.raises(ValueError, match="tamper kind 'sneaky'"):
+        judge_verifier_run(None, "1", tamper={"sneaky": "x"})

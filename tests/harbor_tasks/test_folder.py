@@ -3,8 +3,11 @@ no other module opens task.toml."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,43 @@ def test_no_other_module_opens_task_toml():
             if opens.search(line):
                 offenders.append(f"{rel}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+BOUNDED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))  # a read without a bound dies here, not the machine
+sys.path.insert(0, sys.argv[1])
+from harbor_tasks.folder import TaskFolder, TaskFolderError, read_config
+task = TaskFolder(__import__("pathlib").Path(sys.argv[2]), {})
+for call in (lambda: read_config(task.path), lambda: task.instruction, lambda: task.solution_script,
+             lambda: task.read_text("tests/test.sh")):
+    try:
+        call()
+        print("read")
+    except TaskFolderError as err:
+        print(type(err).__name__, err)
+"""
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "sparse"])
+def test_task_files_that_are_no_regular_files_or_huge_are_refused(tmp_path, kind):
+    task = tmp_path / "task"
+    names = ["task.toml", "instruction.md", "solution/solve.sh", "tests/test.sh"]
+    for name in names:
+        path = task / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "dev-zero":
+            path.symlink_to("/dev/zero")
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:
+            with open(path, "wb") as f:
+                f.truncate(1 << 30)
+    proc = subprocess.run([sys.executable, "-c", BOUNDED, str(REPO), str(task)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(names), proc.stdout
+    for name, line in zip(names, lines):
+        assert line.startswith(f"TaskFolderError {task / name}: "), line  # one line, naming the file
+        assert ("not a regular file" if kind != "sparse" else "bytes") in line, line

@@ -57,7 +57,9 @@ def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
 
 
 STUBS = {
-    "srun": '#!/bin/bash\n{ printf "%s" "$*" | tr "\\n" " "; echo; } >> "$SRUN_LOG"\n',  # log the step only
+    # log the step and whether its servers get a token (a server bound to 0.0.0.0 refuses to start without one)
+    "srun": '#!/bin/bash\n{ printf "%s" "$*" | tr "\\n" " "; echo " [token: ${EPISODE_SERVER_TOKEN:+set}]"; } '
+            '>> "$SRUN_LOG"\n',
     "scontrol": '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && tr , "\\n" <<< "$3"\n',
     "curl": '#!/bin/bash\necho "{}"\n',                                     # every server answers /health
 }
@@ -95,6 +97,7 @@ def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
     episode, vllm, train = steps["episode"], steps["vllm"], steps["train"]
     assert "--nodelist=n4,n5" in episode and "python -m episodes.server --tasks" in episode
     assert str(tmp_path / "tasks") in episode and "--max_sessions 64 --lease_sec 300" in episode
+    assert "--host 0.0.0.0" in episode and episode.endswith("[token: set]")  # made per job, exported to every step
     assert "--nodelist=n3" in vllm and "trl vllm-serve --model outputs/sft-qwen3-8b-bash-tool" in vllm
     assert "--tensor_parallel_size 8 --data_parallel_size 1 --max_model_len 24576" in vllm
     assert "--nodelist=n1,n2" in train and "recipes/grpo_agentic.py" in train and "--max_steps 3" in train

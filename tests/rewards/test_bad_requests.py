@@ -4,6 +4,7 @@ auth; body-size limit; the command line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,8 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servers import ServerThread
 
-from common.net import free_port
+from common.net import free_port, stop_process
+from rewards import TOKEN_ENV
 from rewards.app import create_app
+from rewards.client import RewardArguments
 from rewards.config import load_config
 from rewards.protocol import make_response
 
@@ -345,3 +348,33 @@ def test_cli_serves(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_a_server_other_machines_can_reach_needs_a_token(monkeypatch):
+    """One rule for the repository's servers (episodes.server too): off loopback, a bearer token or no server."""
+    env = {key: value for key, value in os.environ.items() if key != TOKEN_ENV}
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "rewards.server", "--host", "0.0.0.0", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                served = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                served = False
+            assert not served, "the reward server serves on 0.0.0.0 without a token"
+            time.sleep(0.2)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        stop_process(process)
+    assert process.returncode == 2 and stderr.strip() == (
+        "error: --host 0.0.0.0 can be reached from other machines, and this server scores what it is sent and "
+        f"calls its judge: give it a bearer token (--auth_token T, or ${TOKEN_ENV}) and its clients the same, or "
+        "bind to 127.0.0.1")
+    # its clients read the same variable, as the episode server's do (launch/slurm/grpo.sbatch sets it for both)
+    monkeypatch.setenv(TOKEN_ENV, "t0k")
+    assert RewardArguments().client_config(["http://r:8100"]).auth_token == "t0k"
+    assert RewardArguments(reward_auth_token="mine").client_config(["http://r:8100"]).auth_token == "mine"
+

@@ -195,9 +195,9 @@ def test_verifier_past_its_time_is_killed(isolation_job):
 def test_no_process_of_a_trial_survives(isolation_job):
     assert len(isolation_job["trials"]) == 4
     # sleep 31337 (agent, foreground), 31338 (agent, setsid-detached), 31339 (verifier); the
-    # sandboxes' PID 1 carries the job dir in its command line (hidden paths)
-    assert host_processes("sleep 3133", str(isolation_job["job"])) == []
+    # sandboxes' PID 1 carries the session's name (the trial's) in its command line
     ours = {t["_dir"].name for t in isolation_job["trials"].values()}
+    assert host_processes("sleep 3133", str(isolation_job["job"]), *(f"sandbox_init:{t}__" for t in ours)) == []
     leftover = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*")
                 if p.is_dir() and p.name.rsplit("__", 1)[0] in ours]
     assert leftover == []  # per-trial cgroups (root mode) are removed
@@ -650,7 +650,8 @@ def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
 
     from sandbox import BlockingSandbox, SandboxConfig
 
-    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=2048, max_processes=32)) as sb:
+    # storage_mb within 7/8 of memory_mb: the tmpfs root (past it the root would be on disk)
+    with BlockingSandbox(SandboxConfig(memory_mb=64, storage_mb=56, max_processes=32)) as sb:
         # tmpfs pages count against the cgroup's 64 MiB: the writer fails or is OOM-killed, PID 1 is not
         sb.exec("head -c 300M /dev/zero > /tmp/fill; head -c 300M /dev/zero > /app/fill")
         sb.exec("rm -f /tmp/fill /app/fill")
@@ -673,6 +674,72 @@ def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
         assert r.return_code != 0 and "sandbox died" in r.stderr, r
         r = sb.exec("echo later")
         assert r.return_code != 0 and "sandbox died" in r.stderr, r
+
+
+def _loops_backed_in(folder: Path) -> list[str]:
+    """The loop devices whose backing file lies in ``folder`` (a sandbox's disk-backed root)."""
+    out = []
+    for f in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if f.read_text().startswith(str(folder) + "/"):
+                out.append(f.parent.parent.name)
+        except OSError:
+            continue
+    return out
+
+
+def _wait_until_no_loops_in(folder: Path) -> list[str]:
+    for _ in range(500):  # the namespace's mounts go with its last process, the loop device with its mount
+        if not _loops_backed_in(folder):
+            break
+        time.sleep(0.02)
+    return _loops_backed_in(folder)
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists(),
+                    reason="a disk-backed root needs root and loop devices")
+def test_storage_beyond_memory_is_on_disk_and_bounded_by_storage_mb(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    # a tmpfs would hold about 40 MiB of these 96 (memory), as the 840 MB root of a 10G task did; dpkg ran out
+    cfg = SandboxConfig(memory_mb=96, storage_mb=256, max_processes=32, disk_dir=tmp_path)
+    with BlockingSandbox(cfg) as sb:
+        r = sb.exec("head -c 150M /dev/zero > /app/big && head -c 20M /dev/zero > /usr/local/big "
+                    "&& head -c 20M /dev/zero > /tmp/big && head -c 10M /dev/zero > /var/tmp/big && echo ok")
+        assert (r.return_code, r.stdout) == (0, "ok\n"), r  # past memory: the writable layers are on disk
+        assert _loops_backed_in(tmp_path), "no disk-backed root"
+        r = sb.exec("head -c 200M /dev/zero > /root/more; echo rc=$?; "
+                    "du -cm /app/big /usr/local/big /tmp/big /var/tmp/big /root/more | tail -1")
+        assert "No space left on device" in r.stderr and "rc=1" in r.stdout, r  # ... and storage_mb bounds them
+        assert 200 < int(r.stdout.split()[-2]) <= 256, r
+        assert sb.exec("echo alive").stdout == "alive\n"
+        assert not list(tmp_path.iterdir())  # the image file has no name on the host
+    assert _wait_until_no_loops_in(tmp_path) == []  # freed at stop
+
+
+DISK_LIFELINE = textwrap.dedent(
+    """
+    import os, sys
+    from sandbox import BlockingSandbox, SandboxConfig
+    sb = BlockingSandbox(SandboxConfig(memory_mb=96, storage_mb=256, max_processes=32, disk_dir=sys.argv[1]))
+    sb.start()
+    print(sb.exec("head -c 100M /dev/zero > /app/big && echo wrote").stdout.strip(), sb.sandbox.init_pid, flush=True)
+    os.kill(os.getpid(), 9)  # dies without close()
+    """
+)
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists(),
+                    reason="a disk-backed root needs root and loop devices")
+def test_a_disk_backed_root_is_freed_when_its_process_is_killed(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", DISK_LIFELINE, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -9 and proc.stdout.split()[0] == "wrote", proc.stderr[-3000:]
+    init_pid = int(proc.stdout.split()[-1])
+    assert _wait_until_no_loops_in(tmp_path) == []  # the lifeline closed, PID 1 and its mounts went, and the disk
+    assert not Path(f"/proc/{init_pid}").exists() and not list(tmp_path.iterdir())
 
 
 SYSCALL_PROBE = r"""
@@ -830,6 +897,40 @@ def test_the_resolver_answers_no_name_and_records_who_asked():
         assert sb.names_asked(mark, commands_only=True) == ["verifier.example"]
         assert sb.names_asked(0, until=mark) == ["pypi.org", "astral.sh"]
     assert (Path("/etc/resolv.conf").read_bytes() if Path("/etc/resolv.conf").exists() else None) == host_resolv
+
+
+# asks the sandbox's resolver for N names (one socket, each query answered before the next), as an offline
+# `apt-get install` does with its retries across mirrors
+ASK_NAMES = """
+import socket, struct, sys
+n, stem = int(sys.argv[1]), sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+for i in range(n):
+    labels = f"{stem}{i % 50}.example".encode().split(b".")
+    q = struct.pack(">HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(x)]) + x for x in labels)
+    q += b"\\0" + struct.pack(">HH", 1, 1)
+    s.sendto(q, ("127.0.0.1", 53))
+    s.recvfrom(512)
+print("asked", n)
+"""
+
+
+@needs_namespaces
+def test_the_resolver_still_records_the_verifier_after_thousands_of_queries():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(memory_mb=256, storage_mb=64, max_processes=32)) as sb:
+        # the build or the agent asks more names than any fixed cap of records (2,000 used to be PID 1's) ...
+        r = sb.exec(f"python3 -c {shlex.quote(ASK_NAMES)} 2500 mirror", timeout_sec=120)
+        assert r.stdout == "asked 2500\n", r
+        mark = sb.network_mark()
+        # ... and the verifier's download after it is still seen: its names make its failure a network one
+        sb.exec("getent hosts astral.sh")
+        assert sb.names_asked(mark, commands_only=True) == ["astral.sh"]
+        assert sb.names_asked(0, until=mark) == [f"mirror{i}.example" for i in range(50)]  # distinct, first-asked
+        assert sb.asked_count(0, until=mark, commands_only=True) == 2500  # counted, every one
+        assert sb.asked_count(mark) >= 1
 
 
 @needs_namespaces

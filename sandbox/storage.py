@@ -1,0 +1,90 @@
+"""``Disk``: the disk-backed writable root of a sandbox whose storage exceeds what memory holds (root only).
+Runs in: any Python >= 3.11, standard library only (plus e2fsprogs' mkfs.ext4 and loop devices), in the owning process.
+
+An ext4 file system of ``storage_mb`` in a sparse file that never has a name (O_TMPFILE), on a loop device that
+clears itself when its last user goes (the sandbox's mount); so nothing is left, even after SIGKILL.
+Why and what bound holds where: docs/sandbox.md#what-is-isolated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import shutil
+import struct
+
+LOOP_CONTROL = "/dev/loop-control"
+LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A  # linux/loop.h; LOOP_CONFIGURE since Linux 5.8
+LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 4, 16
+MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1")
+MOUNT_OPTIONS = "noinit_itable"  # the sparse file reads as zeros: no inode tables to write in the background
+
+
+def unavailable() -> str | None:
+    """Why this process cannot give a sandbox a disk-backed root, or None when it can."""
+    if os.geteuid() != 0:
+        return "only root can mount a file system image (an ordinary user's sandbox keeps its writes in memory)"
+    if shutil.which(MKFS[0]) is None:
+        return f"{MKFS[0]} is not installed (apt-get install e2fsprogs)"
+    try:
+        os.close(os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as exc:
+        return f"no loop devices ({LOOP_CONTROL}: {exc.strerror})"
+    return None
+
+
+class Disk:
+    """A configured loop device holding a fresh ext4 file system; ``close`` once the sandbox has mounted it (the
+    mount then keeps it; the kernel clears it, and frees the file, when the sandbox's mount namespace goes)."""
+
+    def __init__(self, device: str, fd: int):
+        self.device = device
+        self._fd: int | None = fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _attach(image_fd: int) -> Disk:
+    ctl = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(16):  # another process may take the free device first
+            n = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
+            try:
+                fd = os.open(f"/dev/loop{n}", os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise OSError(f"/dev/loop{n} does not exist (no devtmpfs?)") from None
+            for flags in (LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO, LO_FLAGS_AUTOCLEAR):
+                info = struct.pack("=5Q4I64s64s32s2Q", 0, 0, 0, 0, 0, 0, 0, 0, flags, b"", b"", b"", 0, 0)
+                try:
+                    fcntl.ioctl(fd, LOOP_CONFIGURE, struct.pack("=II", image_fd, 0) + info + bytes(64))
+                    return Disk(f"/dev/loop{n}", fd)
+                except OSError as exc:
+                    if exc.errno == 16:  # EBUSY: taken meanwhile
+                        break
+                    if flags == LO_FLAGS_AUTOCLEAR:
+                        os.close(fd)
+                        raise
+            os.close(fd)
+        raise OSError("no free loop device")
+    finally:
+        os.close(ctl)
+
+
+async def make_disk(directory: str, size_mb: int) -> Disk:
+    """A loop device holding an empty ext4 of ``size_mb`` MiB, its sparse file unnamed in ``directory``."""
+    image = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(image, size_mb << 20)
+        proc = await asyncio.create_subprocess_exec(
+            *MKFS, f"/proc/self/fd/{image}", pass_fds=(image,), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise OSError(f"{MKFS[0]} failed (exit {proc.returncode}): {out.decode(errors='replace').strip()[-500:]}")
+        return _attach(image)
+    finally:
+        os.close(image)  # the loop device holds the file now

@@ -1,0 +1,74 @@
+"""The sandbox's life (sandbox/core.py with sandbox/enter.py): its PID 1 out of the task's reach, and a PID 1 that
+is gone never confused with whatever process gets its pid next. Tried as an attacker would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+needs_namespaces = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or any(shutil.which(t) is None for t in ("unshare", "prlimit")),
+    reason="the local sandbox needs Linux namespaces and util-linux (unshare, prlimit)")
+SMALL = {"memory_mb": 256, "storage_mb": 64, "max_processes": 32}
+
+
+@needs_namespaces
+def test_signals_from_inside_never_end_pid1():
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    with BlockingSandbox(SandboxConfig(**SMALL)) as sb:
+        for sig in ("TERM", "INT", "HUP", "QUIT", "USR1", "ALRM", "PIPE"):
+            sb.exec(f"kill -{sig} 1")
+            r = sb.exec("echo alive")
+            assert (r.return_code, r.stdout) == (0, "alive\n"), (sig, r)
+
+
+def _take_pid(pid: int) -> subprocess.Popen | None:
+    """A host process with exactly ``pid`` (root: the kernel's next pid set through ns_last_pid), or None."""
+    for _ in range(500):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        proc = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="reusing a chosen pid needs root (ns_last_pid)")
+def test_a_dead_pid1s_pid_taken_by_a_host_process_is_never_entered_nor_killed(tmp_path):
+    from sandbox import BlockingSandbox, SandboxConfig, SandboxError
+
+    marker = tmp_path / "ran-on-the-host"
+    sb = BlockingSandbox(SandboxConfig(**SMALL))
+    sb.start()
+    holder = None
+    try:
+        pid = sb.sandbox.init_pid
+        os.kill(pid, signal.SIGKILL)  # the init dies (out of memory, wall time, ...): its pid is free again
+        for _ in range(500):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.02)
+        holder = _take_pid(pid)
+        assert holder is not None, f"could not start a host process with pid {pid} (the machine forks too much?)"
+        r = sb.exec(f"touch {marker}; echo ran", cwd="/")
+        assert not marker.exists(), "the command ran in the host's namespaces"
+        assert r.return_code != 0 and "sandbox died" in r.stderr and "ran" not in r.stdout, r
+        with pytest.raises(SandboxError, match="PID 1"):  # a transfer names the end of the sandbox
+            sb.download_file("/etc/hostname", tmp_path / "hostname")
+        sb.close()
+        assert holder.poll() is None, "stop() killed the process that took the dead init's pid"
+    finally:
+        sb.close()
+        if holder is not None:
+            holder.kill()
+            holder.wait()
