@@ -41,7 +41,6 @@ from common.bash_harness import (
     BASH_TOOL,
     DEFAULT_COMMAND_TIMEOUT_SEC,
     DEFAULT_MAX_OUTPUT_CHARS,
-    TOOL_NAME,
     call_error,
     format_output,
     harness_prompt,
