@@ -147,7 +147,7 @@ class Sandbox:
         SandboxError once the sandbox is not running."""
         if self._init_pid is None:
             raise SandboxError("the sandbox is not running (call start() first)")
-        return Root(transfer.open_root(self._init_pid, self._alive))
+        return Root(transfer.open_root(self._init_pid, self._alive), self._init_pid)
 
     def command_path(self, env: dict[str, str] | None = None) -> str:
         """The PATH a command run with ``env`` gets (the task's and the Dockerfile's ENV, else the default)."""

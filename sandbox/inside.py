@@ -17,12 +17,13 @@ from sandbox.transfer import in_root
 
 
 class Root:
-    """The sandbox's root as its PID 1 sees it, held open: ``with sandbox.root() as root: root.read("/x")``.
-    ``fd``: an ``O_PATH`` fd of that root (sandbox/transfer.py's ``open_root``, which refuses a PID 1 that is gone,
-    so a reused pid never hands out the host's root); closed with this object."""
+    """The sandbox's root as its PID 1 (host pid ``init_pid``) sees it, held open: ``with sandbox.root() as root:
+    root.read("/x")``. ``fd``: an ``O_PATH`` fd of that root (sandbox/transfer.py's ``open_root``, which refuses a
+    PID 1 that is gone, so a reused pid never hands out the host's root); closed with this object."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, init_pid: int):
         self.fd = fd
+        self.init_pid = init_pid
 
     def __enter__(self) -> Root:
         return self

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ACCELERATE = str(Path(sys.executable).parent / "accelerate")
@@ -109,6 +110,27 @@ def processes_matching(pattern: str) -> list[int]:
     """Pids whose command line matches `pattern` (pgrep -f), this test process left out."""
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     return [int(p) for p in found if int(p) != os.getpid()]
+
+
+# ---------------------------------------------------------------- agentic GRPO runs (tests/recipes, tests/episodes)
+AGENTIC_FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
+
+
+def launch(recipe: str, config: dict, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`accelerate launch` (one CPU process) of `recipe` with `config` written as YAML into `tmp_path`."""
+    path = tmp_path / f"{Path(recipe).stem}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+                           "configs/accelerate/cpu.yaml", recipe, "--config", str(path), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+
+
+def agentic_config(tmp_path: Path, **overrides) -> dict:
+    """configs/grpo/agentic-tiny.yaml for a 2-step run on the tasks in `tmp_path / "tasks"`."""
+    config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-tiny.yaml").read_text())
+    config.update({"output_dir": str(tmp_path / "grpo-agentic"), "task_dirs": [str(tmp_path / "tasks")],
+                   "report_to": [], "max_steps": 2, "save_strategy": "no", **overrides})
+    return config
 
 
 # ---------------------------------------------------------------- code that tests run as user 'nobody'

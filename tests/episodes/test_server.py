@@ -468,7 +468,8 @@ def test_a_digest_is_of_the_whole_task_folder(root, tmp_path):
 
 @pytest.mark.slow
 def test_agentic_grpo_runs_its_episodes_on_an_episode_server(tmp_path):
-    from test_grpo_agentic import FAMILIES, agentic_config, launch
+    from conftest import AGENTIC_FAMILIES as FAMILIES
+    from conftest import agentic_config, launch
 
     generate(tmp_path / "tasks", 11, 8, FAMILIES)  # the embedded default's tasks, here and on the "CPU node"
     served = tmp_path / "served"

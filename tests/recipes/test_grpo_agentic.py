@@ -10,26 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import AGENTIC_FAMILIES as FAMILIES
+from conftest import REPO, agentic_config, launch
 
 from harbor_tasks.generate import generate
-
-REPO = Path(__file__).resolve().parents[2]
-FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
-
-
-def launch(recipe: str, config: dict, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    path = tmp_path / f"{Path(recipe).stem}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return subprocess.run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
-                           "configs/accelerate/cpu.yaml", recipe, "--config", str(path), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "DS_ACCELERATOR": "cpu"})
-
-
-def agentic_config(tmp_path: Path, **overrides) -> dict:
-    config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-tiny.yaml").read_text())
-    config.update({"output_dir": str(tmp_path / "grpo-agentic"), "task_dirs": [str(tmp_path / "tasks")],
-                   "report_to": [], "max_steps": 2, "save_strategy": "no", **overrides})
-    return config
 
 
 def test_oracle_episodes_are_solved_chats_with_real_tool_output(tmp_path):
