@@ -12,7 +12,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 # the suite in 2 worker processes (pytest-xdist), a test module per worker at a time (its module fixtures run once):
 # half its time is spent waiting (servers, sandboxes, Harbor), so 2 workers on 2 cores halve it
-PYTEST_WORKERS ?= -n 2 --dist loadscope
+PYTEST_WORKERS ?= -n 2 --dist loadscope --no-loadscope-reorder
 # torch==2.13.0 is the CPU build where there is no GPU, so pip never resolves a multi-GB CUDA build here.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)

@@ -3,7 +3,7 @@ Runs in: the training venv; it runs `.venv-harbor/bin/harbor run` as a subproces
 
     python -m eval.run --checkpoint DIR --suite SUITE [--agent terminus-2|bash-tool|oracle|nop] [--attempts K]
         [--concurrency N] [--env local|docker|daytona|...] [--temperature T] [--max_tokens N] [--context_size N]
-        [--parser json|xml] [--max_turns N] [--timeout_multiplier X] [--jobs_dir DIR]
+        [--parser json|xml] [--max_turns N] [--timeout_multiplier X] [--agent_timeout_multiplier X] [--jobs_dir DIR]
         [--env_kwargs "network=pasta images=FILE ..."] [--infra_errors exclude|zero]
         [--results_file NAME] [--wandb_run_id ID]
     python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
@@ -98,6 +98,8 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
                "--env", LOCAL_ENV if settings.env == "local" else settings.env]
     if settings.timeout_multiplier != 1.0:
         command += ["--timeout-multiplier", str(settings.timeout_multiplier)]
+    if settings.agent_timeout_multiplier is not None:
+        command += ["--agent-timeout-multiplier", str(settings.agent_timeout_multiplier)]
     try:
         env_kwargs = parse_env_kwargs(settings.env_kwargs)
     except ValueError as err:

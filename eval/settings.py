@@ -57,6 +57,9 @@ class EvalSettings:
         "model calls per trial (default: Harbor's for Terminus-2; no limit but the task's agent timeout for "
         "bash-tool)"))
     timeout_multiplier: float = _setting(1.0, help="Harbor's multiplier of the tasks' agent and verifier timeouts")
+    agent_timeout_multiplier: float | None = _setting(None, help=(
+        "Harbor's multiplier of the agents' timeouts alone, over timeout_multiplier (a small model that never stops "
+        "is cut short; its verifier keeps its time)"))
     env_kwargs: str | None = _setting(None, help=(
         "the environment's options, Harbor's --ek key=value, space-separated; the local sandbox's: network=pasta|"
         "slirp4netns (for tasks that allow internet), images=FILE (task images), pull=true, expose=/opt, ..."))

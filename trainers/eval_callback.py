@@ -73,7 +73,8 @@ def parse_suites(value) -> list[str]:
 
 
 # CallbackKeys + an eval_<name> key per EvalSettings field (eval_agent, eval_attempts, eval_concurrency, eval_env,
-# eval_temperature, eval_max_tokens, eval_context_size, eval_parser, eval_max_turns, eval_timeout_multiplier).
+# eval_temperature, eval_max_tokens, eval_context_size, eval_parser, eval_max_turns, eval_timeout_multiplier,
+# eval_agent_timeout_multiplier).
 EvalArguments = eval_settings.recipe_arguments(
     "EvalArguments", base=CallbackKeys, module=__name__,
     doc="Eval-on-save keys of the recipe configs: the callback's own, then one per eval setting.")

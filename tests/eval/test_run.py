@@ -48,7 +48,7 @@ def test_terminus_2_with_the_tiny_model_completes_a_job(tmp_path, tiny_model_pat
     # an untrained model never ends its answer, so Terminus-2 re-asks until the (shortened) agent timeout: an
     # agent outcome, scored 0 by the verifier; what must not happen is an infrastructure failure
     results = eval_run(checkpoint, "--suite", "builtin:terminal", "--agent", "terminus-2", "--concurrency", "5",
-                       "--max_turns", "2", "--max_tokens", "32", "--timeout_multiplier", "0.05")
+                       "--max_turns", "2", "--max_tokens", "32", "--agent_timeout_multiplier", "0.05")
     assert results["model"] == "run-checkpoint-3" and results["metrics"]["n_trials"] == 10
     assert set(results["metrics"]["exceptions"]) <= {"AgentTimeoutError"}
     assert all(task["reward"] is not None for task in results["tasks"])  # every verifier ran

@@ -23,7 +23,7 @@ def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
                   eval_suites=[str(out / "tasks" / "heldout")], decontaminate_against=[str(out / "tasks" / "heldout")], report_to=[], num_train_epochs=1, eval_fraction=0.25,
                   save_steps=6, eval_steps=6, logging_steps=1, max_steps=6, eval_max_turns=2, eval_max_tokens=48,
                   # an untrained model never stops: Terminus-2 retries each truncated answer until the agent timeout
-                  eval_timeout_multiplier=0.1), **overrides)
+                  eval_agent_timeout_multiplier=0.1), **overrides)
     path = tmp_path / "learn.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

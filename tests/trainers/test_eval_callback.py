@@ -14,7 +14,7 @@ HELLO = "tests/fixtures/harbor_tasks/hello-world"
 # every eval key a recipe config may hold: renaming one breaks configs
 RECIPE_KEYS = {"eval_suites", "eval_mode", "eval_slurm_script", "eval_agent", "eval_attempts", "eval_concurrency",
                "eval_env", "eval_temperature", "eval_max_tokens", "eval_context_size", "eval_max_turns", "eval_parser",
-               "eval_timeout_multiplier", "eval_env_kwargs", "eval_infra_errors"}
+               "eval_timeout_multiplier", "eval_agent_timeout_multiplier", "eval_env_kwargs", "eval_infra_errors"}
 
 
 def test_cli_options_and_recipe_keys_come_from_eval_settings(tmp_path):
@@ -120,7 +120,7 @@ def test_checkpoint_evals_land_in_the_training_run_at_their_steps(tmp_path, mode
     assert len(tables) == 2  # the per-task table, one per checkpoint, among the run's files
     for path in tables:
         table = json.loads(path.read_text())
-        assert table["columns"] == ["task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind"]
+        assert table["columns"] == ["task", "trial", "reward", "rounds", "exception", "outcome", "infra_kind", "tamper"]
         assert len(table["data"]) == 1 and table["data"][0][2] == 1.0 and table["data"][0][5] == "scored"
 
 
