@@ -453,7 +453,10 @@ class Sandbox:
                                            cap=self.config.max_output_bytes, until_exit=until_exit)
         finally:
             self._drain_reports()  # the records of this command's queries are in the pipe by now
-        if (rc == EXIT_SANDBOX_GONE or rc < 0 or rc >= 128) and not self._alive():
+        # a SIGKILL is what the end of the PID namespace sends every process in it, before PID 1's own exit shows
+        killed = rc in (EXIT_SANDBOX_GONE, -9, 137)
+        if (killed or rc < 0 or rc >= 128) and not (
+                await asyncio.to_thread(self._alive, 0.5) if killed else self._alive()):
             # a command failure, not an infrastructure error: the task (e.g. a full tmpfs) did it
             self.logger.warning("local sandbox: the sandbox died under a command")
             err += SANDBOX_DIED
@@ -510,9 +513,10 @@ class Sandbox:
         await asyncio.to_thread(run)
 
     # ------------------------------------------------------------------ internals
-    def _alive(self) -> bool:
-        """Whether the sandbox's PID 1 still runs (the same process: it is held by a pidfd, not by its pid)."""
-        return self._init_pidfd is not None and not _exited(self._init_pidfd)
+    def _alive(self, wait_sec: float = 0) -> bool:
+        """Whether the sandbox's PID 1 still runs (the same process: it is held by a pidfd, not by its pid), asked
+        again for up to ``wait_sec`` if it does."""
+        return self._init_pidfd is not None and not _exited(self._init_pidfd, wait_sec)
 
     def _choose_mode(self) -> None:
         cfg = self.config

@@ -662,10 +662,10 @@ def test_the_sandbox_survives_a_full_tmpfs_and_its_death_is_a_command_failure():
         assert sb.exec("echo alive; rm -f /tmp/fill /app/fill").stdout == "alive\n"
         assert sb.exec("cat /proc/self/oom_score_adj").stdout == "500\n"  # commands: the OOM killer's first pick
         results = []
-        t = threading.Thread(target=lambda: results.append(sb.exec("echo started; sleep 30")))
+        t = threading.Thread(target=lambda: results.append(sb.exec("echo started; sleep 3077")))
         t.start()
         for _ in range(500):
-            if host_processes("sleep 30"):
+            if host_processes("sleep 3077"):
                 break
             time.sleep(0.02)
         os.kill(sb.sandbox.init_pid, 9)  # the sandbox dies under a running command ...
