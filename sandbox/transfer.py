@@ -170,16 +170,16 @@ def _copy_fd(src: int, dst: int, budget: _Budget | None, limit: int | None, what
             view = view[os.write(dst, view):]
 
 
-def _write_host_file(dst_dir: int, name: str, src: int, st: os.stat_result, budget: _Budget | None, cap: int,
-                     what: str) -> None:
-    """Write ``src``'s bytes as ``name`` in the host folder ``dst_dir``: a new file renamed into place, its mode
-    without set-id bits or group/other write (as tarfile's data filter), owned by this process."""
+def _write_file(dst_dir: int, name: str, src: int, mode: int, st: os.stat_result, budget: _Budget | None,
+                cap: int | None, what: str) -> None:
+    """Write ``src``'s bytes as ``name`` in the folder ``dst_dir``: a new file with ``mode`` and ``st``'s times,
+    renamed into place (a link planted at ``name`` is replaced, never followed), owned by this process."""
     tmp = _tmp_name()
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
     try:
         try:
             _copy_fd(src, out, budget, cap, what)
-            os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o755)
+            os.fchmod(out, mode)
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
             os.close(out)
@@ -189,6 +189,24 @@ def _write_host_file(dst_dir: int, name: str, src: int, st: os.stat_result, budg
             os.unlink(tmp, dir_fd=dst_dir)
         except OSError:
             pass
+        raise
+
+
+def _write_host_file(dst_dir: int, name: str, src: int, st: os.stat_result, budget: _Budget | None, cap: int,
+                     what: str) -> None:
+    """``_write_file`` into a host folder, the mode without set-id bits or group/other write (as tarfile's data
+    filter)."""
+    _write_file(dst_dir, name, src, stat.S_IMODE(st.st_mode) & 0o755, st, budget, cap, what)
+
+
+def _symlink_into_place(dst_dir: int, name: str, link: str) -> None:
+    """A symbolic link to ``link`` as ``name`` in ``dst_dir``, made under a new name and renamed into place."""
+    tmp = _tmp_name()
+    os.symlink(link, tmp, dir_fd=dst_dir)
+    try:
+        os.rename(tmp, name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+    except BaseException:
+        os.unlink(tmp, dir_fd=dst_dir)
         raise
 
 
@@ -314,13 +332,7 @@ def _copy_out_entry(src: int, dst: int, name: str, st: os.stat_result, device: i
         if not _link_stays_inside(link, depth):
             warn(f"skipped {path}: a symbolic link out of the folder ({link})")
             return
-        tmp = _tmp_name()
-        os.symlink(link, tmp, dir_fd=dst)
-        try:
-            os.rename(tmp, name, src_dir_fd=dst, dst_dir_fd=dst)
-        except OSError:
-            os.unlink(tmp, dir_fd=dst)
-            raise
+        _symlink_into_place(dst, name, link)
     # devices, FIFOs and sockets are not copied
 
 
@@ -354,38 +366,17 @@ def _place_in_sandbox(dst_dir: int, name: str, source: str, src_dir: int | None,
     """Put the host entry ``source`` (a regular file or a symbolic link, relative to ``src_dir`` when given) as
     ``name`` in the sandbox's folder ``dst_dir``: written under a new name, then renamed into place."""
     st = os.stat(source, dir_fd=src_dir, follow_symlinks=False)
-    tmp = _tmp_name()
     if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(source, dir_fd=src_dir), tmp, dir_fd=dst_dir)
+        _symlink_into_place(dst_dir, name, os.readlink(source, dir_fd=src_dir))
     elif stat.S_ISREG(st.st_mode):
         src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
         try:
             st = os.fstat(src)
-            if not stat.S_ISREG(st.st_mode):
-                return
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                          dir_fd=dst_dir)
-            try:
-                _copy_fd(src, out, None, None, what)
-                os.fchmod(out, stat.S_IMODE(st.st_mode))
-                os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-            finally:
-                os.close(out)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dst_dir)
-            except OSError:
-                pass
-            raise
+            if stat.S_ISREG(st.st_mode):
+                _write_file(dst_dir, name, src, stat.S_IMODE(st.st_mode), st, None, None, what)
         finally:
             os.close(src)
-    else:
-        return  # devices, FIFOs and sockets of the host are not copied in
-    try:
-        os.rename(tmp, name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
-    except BaseException:
-        os.unlink(tmp, dir_fd=dst_dir)
-        raise
+    # devices, FIFOs and sockets of the host are not copied in
 
 
 def upload_file(root: int, source: Path, target: str) -> None:

@@ -112,6 +112,21 @@ def processes_matching(pattern: str) -> list[int]:
     return [int(p) for p in found if int(p) != os.getpid()]
 
 
+UNBOUNDED_FILE_KINDS = ("dev-zero", "fifo", "sparse")
+
+
+def make_unbounded_file(path: Path, kind: str) -> None:
+    """A task file a bounded reader must refuse: a link to /dev/zero, a FIFO, or a 1 GiB sparse file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as f:
+            f.truncate(1 << 30)
+
+
 # ---------------------------------------------------------------- agentic GRPO runs (tests/recipes, tests/episodes)
 AGENTIC_FAMILIES = ["write-value", "count-lines", "count-words", "sum-numbers"]
 

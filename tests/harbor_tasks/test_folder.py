@@ -3,7 +3,6 @@ no other module opens task.toml."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import UNBOUNDED_FILE_KINDS, make_unbounded_file
 
 from harbor_tasks.folder import TaskFolder, TaskFolderError, is_task, read_config, task_folders, task_seeds
 from harbor_tasks.generate import write_task
@@ -119,20 +119,12 @@ for call in (lambda: read_config(task.path), lambda: task.instruction, lambda: t
 """
 
 
-@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "sparse"])
+@pytest.mark.parametrize("kind", UNBOUNDED_FILE_KINDS)
 def test_task_files_that_are_no_regular_files_or_huge_are_refused(tmp_path, kind):
     task = tmp_path / "task"
     names = ["task.toml", "instruction.md", "solution/solve.sh", "tests/test.sh"]
     for name in names:
-        path = task / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "dev-zero":
-            path.symlink_to("/dev/zero")
-        elif kind == "fifo":
-            os.mkfifo(path)
-        else:
-            with open(path, "wb") as f:
-                f.truncate(1 << 30)
+        make_unbounded_file(task / name, kind)
     proc = subprocess.run([sys.executable, "-c", BOUNDED, str(REPO), str(task)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -5,7 +5,6 @@ file (a link to /dev/zero, a FIFO, a sparse giant)."""
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import UNBOUNDED_FILE_KINDS, make_unbounded_file
 
 REPO = Path(__file__).resolve().parents[2]
 needs_namespaces = pytest.mark.skipif(
@@ -49,8 +49,7 @@ def context(tmp_path) -> Path:
     "COPY [\"etc/shadow\", \"/x\"]",
 ])
 def test_copy_sources_stay_in_the_build_context(context, line):
-    from sandbox import BlockingSandbox, EnvironmentBuildError, SandboxConfig
-    from sandbox import dockerfile
+    from sandbox import BlockingSandbox, EnvironmentBuildError, SandboxConfig, dockerfile
 
     df = context / "Dockerfile"
     df.write_text(f"FROM debian:12\nWORKDIR /app\n{line}\n")
@@ -65,8 +64,7 @@ def test_copy_sources_stay_in_the_build_context(context, line):
 
 @needs_namespaces
 def test_copy_inside_the_context_still_works_and_links_stay_links(context):
-    from sandbox import BlockingSandbox, SandboxConfig
-    from sandbox import dockerfile
+    from sandbox import BlockingSandbox, SandboxConfig, dockerfile
 
     df = context / "Dockerfile"
     df.write_text("FROM debian:12\nWORKDIR /app\nCOPY data /app/data\nCOPY inside /app/followed.txt\n"
@@ -96,17 +94,10 @@ BOUNDED = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "sparse"])
+@pytest.mark.parametrize("kind", UNBOUNDED_FILE_KINDS)
 def test_a_dockerfile_that_is_no_regular_file_or_huge_is_refused(tmp_path, kind):
     df = tmp_path / "environment" / "Dockerfile"
-    df.parent.mkdir()
-    if kind == "dev-zero":
-        df.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(df)
-    else:
-        with open(df, "wb") as f:
-            f.truncate(1 << 30)
+    make_unbounded_file(df, kind)
     proc = subprocess.run([sys.executable, "-c", BOUNDED, str(REPO), str(df)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
