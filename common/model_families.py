@@ -22,9 +22,9 @@ FAMILY_KEY = "model_family"  # the config key / --model_family option that names
 
 # the tool-call formats a family's template renders and our CPU server parses (eval/cpu_server.py TOOL_CALL_PARSERS)
 HERMES_JSON = "hermes_json"   # <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
-QWEN3_XML = "qwen3_xml"       # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+QWEN3_XML = "qwen3_xml"       # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>...
 LLAMA3_JSON = "llama3_json"   # {"name": ..., "parameters": {...}}, a bare JSON object
-HARMONY = "harmony"           # gpt-oss: <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>
+HARMONY = "harmony"           # gpt-oss: ... to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>
 GLM45_XML = "glm45_xml"       # <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>
 
 
@@ -46,7 +46,7 @@ class ModelFamily:
     sft_masking: bool = True
     # TRL's GRPO tool loop can run: the twin is prefix-preserving and TRL's add_response_schema parses the calls
     grpo_tool_loop: bool = True
-    packing: str = "varlen attention, as modeling/kernels.py picks it at start"
+    packing: str = "attention only"  # what packing meets (modeling/kernels.py decides; not tested per family)
     notes: str = ""
 
 
@@ -64,16 +64,16 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         key="qwen3_5", architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
         model_types=("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
         templates=("qwen3_5_think", "qwen3_5_nothink", "qwen3_6", "qwen3_8"), tool_call_format=QWEN3_XML,
-        vllm_tool_call_parser="qwen3_coder",  # vllm/tool_parsers/__init__.py: "qwen3_coder" -> qwen3coder / qwen3_engine
+        vllm_tool_call_parser="qwen3_coder",  # vllm/tool_parsers/__init__.py: "qwen3_coder" (qwen3coder / engine)
         vllm_reasoning_parser="qwen3",        # vllm/reasoning/__init__.py: "qwen3"
-        packing="hybrid (Gated DeltaNet layers): needs flash-linear-attention and causal-conv1d (modeling/kernels.py)",
+        packing="hybrid: Gated DeltaNet layers (flash-linear-attention and causal-conv1d take the boundaries)",
         notes="Qwen3.5, Qwen3.6 and Qwen3.8 share the XML tool calls"),
     ModelFamily(
         key="nemotron_3_nano", architectures=("NemotronHForCausalLM",), model_types=(),
         templates=("nemotron_3_nano",), tool_call_format=QWEN3_XML,
         vllm_tool_call_parser="qwen3_coder",  # vllm/tool_parsers/__init__.py: "qwen3_coder" (the same XML as Qwen3.5)
-        vllm_reasoning_parser="nemotron_v3",  # vllm/reasoning/__init__.py: "nemotron_v3" -> nemotron_v3_reasoning_parser
-        packing="hybrid (Mamba-2 layers): modeling/kernels.py decides at start",
+        vllm_reasoning_parser="nemotron_v3",  # vllm/reasoning/__init__.py: "nemotron_v3" (nemotron_v3 parser)
+        packing="hybrid: Mamba-2 layers",
         notes="nemotron_h is not a model_type fallback: older Nemotron-H checkpoints share it with other formats"),
     ModelFamily(
         key="llama3_1", architectures=("LlamaForCausalLM",), model_types=(),
@@ -87,8 +87,8 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
     ModelFamily(
         key="gptoss", architectures=("GptOssForCausalLM",), model_types=("gpt_oss",),
         templates=("gptoss",), tool_call_format=HARMONY,
-        vllm_tool_call_parser="openai",          # vllm/tool_parsers/__init__.py: "openai" -> openai / gptoss_tool_parser
-        vllm_reasoning_parser="openai_gptoss",   # vllm/reasoning/__init__.py: "openai_gptoss" -> gptoss_reasoning_parser
+        vllm_tool_call_parser="openai",         # vllm/tool_parsers/__init__.py: "openai" (openai / gptoss parser)
+        vllm_reasoning_parser="openai_gptoss",  # vllm/reasoning/__init__.py: "openai_gptoss" (gptoss parser)
         notes="the CPU server does not parse harmony: serve gpt-oss with vLLM"),
     ModelFamily(
         key="glm4moe", architectures=("Glm4MoeForCausalLM",), model_types=(),

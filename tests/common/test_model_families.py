@@ -100,7 +100,8 @@ def test_the_table_names_real_trl_templates_and_distinct_keys():
     assert all((trl_template_dir() / f"{name}.jinja").is_file() for name in names)
     for fam in FAMILIES.values():
         assert set(fam.templates_without_tools) <= set(fam.templates)
-        assert not set(fam.model_types) & {t for other in FAMILIES.values() if other is not fam for t in other.model_types}
+        others = {t for other in FAMILIES.values() if other is not fam for t in other.model_types}
+        assert not set(fam.model_types) & others
 
 
 @pytest.mark.parametrize("key,name", TEMPLATES, ids=[name for _, name in TEMPLATES])
@@ -145,3 +146,22 @@ def test_what_the_table_says_of_training_holds_in_trl(key, name, own_tokenizer):
             except ValueError:
                 grpo_ready = False
         assert grpo_ready == fam.grpo_tool_loop, name
+
+
+def test_docs_models_table_is_the_family_table():
+    """docs/models.md's table says what FAMILIES says, row for row (one owner; the page follows it)."""
+    from pathlib import Path
+
+    from eval.tool_calls import TOOL_CALL_PARSERS
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in page.splitlines()
+            if line.startswith("| `")]
+    yes = {True: "yes", False: "no"}
+    expected = [[f"`{f.key}`",
+                 ", ".join(n + (" (no tools)" if n in f.templates_without_tools else "") for n in f.templates),
+                 ", ".join(f.model_types) or "none", f"`{f.tool_call_format}`",
+                 "yes" if f.tool_call_format in TOOL_CALL_PARSERS else "no: refused, serve with vLLM",
+                 f"`{f.vllm_tool_call_parser}`", f"`{f.vllm_reasoning_parser}`" if f.vllm_reasoning_parser else "none",
+                 yes[f.sft_masking], yes[f.grpo_tool_loop], f.packing] for f in FAMILIES.values()]
+    assert rows == expected

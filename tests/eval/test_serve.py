@@ -284,7 +284,8 @@ def test_vllm_gets_the_parsers_the_family_table_names_and_no_other(key):
     # the family's own parser given again is taken once; any other is refused, naming the family key
     own = ["--tool-call-parser", family.vllm_tool_call_parser, "--max-num-seqs", "8"]
     command = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key, extra_args=own)
-    assert parsers(command)["--tool-call-parser"] == [family.vllm_tool_call_parser] and command[-2:] == ["--max-num-seqs", "8"]
+    assert parsers(command)["--tool-call-parser"] == [family.vllm_tool_call_parser]
+    assert command[-2:] == ["--max-num-seqs", "8"]
     for other in ("--tool-call-parser=pythonic", "--reasoning-parser=deepseek_r1"):
         with pytest.raises(UserError, match=f"the {key} family is served with .*--model_family") as error:
             vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key, extra_args=[other])
