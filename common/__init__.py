@@ -1,6 +1,8 @@
 """Helpers the training-venv packages share (trainers/, rewards/, episodes/, eval/): errors, ports, checkpoints, asgi.
-Runs in: the training venv (.venv, Python >= 3.11); bash_harness.py, digest.py, cache_dir.py: standard library only.
+Runs in: the training venv (.venv, Python >= 3.11); bash_harness.py, digest.py, cache_dir.py, model_families.py:
+standard library only.
 
 Not imported by sandbox/ (standard library only). `bash_harness.py` is shared with the Harbor venv: the bash-tool
-harness that the agentic trainer and harbor_plugins/bash_tool_agent.py must speak alike.
+harness that the agentic trainer and harbor_plugins/bash_tool_agent.py must speak alike. `model_families.py` is the
+one table of model families (templates, tool-call formats, parsers, training support) that serving reads.
 """

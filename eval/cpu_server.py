@@ -3,47 +3,34 @@ Runs in: its own process, in the training venv (torch, Transformers, FastAPI, uv
 
     python -m eval.cpu_server --checkpoint builtin:tiny-qwen3 --served_model_name tiny-qwen3 --port 8000
 
-`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, one request at a time, tool calls as vLLM's hermes
-parser returns them. What it refuses and how it renders tools: docs/evaluation.md#serving-a-checkpoint-evalservepy.
+`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, one request at a time, tool calls as the vLLM parser
+of the model's family returns them (eval/tool_calls.py; the family from common/model_families.py, or
+`--model_family`); a family it cannot tell or parse is refused at start. What it refuses and how it renders tools:
+docs/evaluation.md#serving-a-checkpoint-evalservepy.
 """
 
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from common.errors import RequestError
-from eval.openai_api import chat_completion, message_text, model_list, request_tools, tool_call
+from common.errors import RequestError, UserError
+from common.model_families import FAMILIES, family_of
+from eval.openai_api import chat_completion, message_text, model_list, request_tools
 from eval.openai_api import create_app as create_openai_app
+from eval.tool_calls import parse_hermes_json, parser_for
 from modeling.tiny_model import resolve_model as resolve_checkpoint
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
-# vLLM's hermes tool parser's pattern: closed blocks, or an unclosed one running to the end of the answer
-TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
 
 
-def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
-    """The content and OpenAI tool calls of a generated answer with Qwen3/Hermes `<tool_call>` blocks. An answer
-    with no block, or with one that is not `{"name": str, "arguments": object}` JSON, is all content, no calls."""
-    if "<tool_call>" not in text:
-        return text, []
-    calls = []
-    for match in TOOL_CALL_BLOCK.finditer(text):
-        raw = match.group(1) if match.group(1) is not None else match.group(2)
-        try:
-            call = json.loads(raw)
-        except json.JSONDecodeError:
-            return text, []
-        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"]
-                and isinstance(call.get("arguments", {}), dict)):
-            return text, []
-        calls.append(tool_call(call["name"], call.get("arguments", {})))
-    content = TOOL_CALL_BLOCK.sub("", text).strip()
-    return content or None, calls
+def parse_tool_calls(text: str, tools: list[dict] | None = None) -> tuple[str | None, list[dict]]:
+    """The content and OpenAI tool calls of an answer with Qwen3/Hermes `<tool_call>` JSON blocks (the qwen3
+    family's format; other families: `eval.tool_calls.parser_for`)."""
+    return parse_hermes_json(text, tools)
 
 
 def _template_messages(messages: list) -> list[dict]:
@@ -100,7 +87,8 @@ class Generator:
     """A checkpoint loaded with transformers, and the OpenAI chat-completion logic around `generate`."""
 
     def __init__(self, checkpoint: str, served_model_name: str, max_model_len: int | None = None,
-                 max_new_tokens_cap: int = DEFAULT_MAX_NEW_TOKENS_CAP, device: str | None = None):
+                 max_new_tokens_cap: int = DEFAULT_MAX_NEW_TOKENS_CAP, device: str | None = None,
+                 model_family: str | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -122,6 +110,9 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if not self.tokenizer.chat_template:
             raise RuntimeError(f"{path}: the tokenizer has no chat template; a chat checkpoint is needed")
+        # the family's tool-call parser, or one line naming the `model_family` key / the missing parser
+        self.family = family_of(self.tokenizer, self.model.config, model_family)
+        self.parse_tool_calls = parser_for(self.family)
         self.served_model_name = served_model_name
         limit = getattr(self.model.config, "max_position_embeddings", None) or 2048
         self.max_model_len = min(limit, max_model_len) if max_model_len else limit
@@ -213,6 +204,7 @@ class Generator:
             "stop_token_ids": [int(t) for t in stop_token_ids],
             "seed": seed,
             "parse_tools": bool(tools) and body.get("tool_choice") != "none",
+            "tools": tools,
         }
 
     def generate(self, req: dict) -> dict:
@@ -239,14 +231,14 @@ class Generator:
         if new and new[-1] in stop_ids:
             finish = "stop"
         text_ids = new[:-1] if finish == "stop" else new
-        # with tools, the special tokens stay (<tool_call> is one), as vLLM's hermes parser has it decode
+        # with tools, the special tokens stay (<tool_call> is one), as vLLM's tool parsers have it decode
         text = self.tokenizer.decode(text_ids, skip_special_tokens=not req["parse_tools"])
         hits = [i for i in (text.find(s) for s in req["stop"]) if i >= 0]
         if hits:
             text, finish = text[:min(hits)], "stop"
         calls = []
         if req["parse_tools"]:
-            text, calls = parse_tool_calls(text)
+            text, calls = self.parse_tool_calls(text, req["tools"])
         return chat_completion(self.served_model_name, text, "tool_calls" if calls else finish,
                                len(req["prompt_ids"]), len(new), tool_calls=calls)
 
@@ -283,6 +275,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="upper bound on generated tokens per request, whatever max_tokens says "
                              "(default: %(default)s)")
     parser.add_argument("--log_level", default="warning", help="uvicorn log level")
+    parser.add_argument("--model_family", choices=list(FAMILIES), default=None,
+                        help="the model's family (common/model_families.py), which picks the tool-call parser "
+                             "(default: told from the chat template and config.model_type)")
     return parser.parse_args(argv)
 
 
@@ -290,8 +285,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     args = parse_args(argv)
-    generator = Generator(args.checkpoint, args.served_model_name, args.max_model_len, args.max_new_tokens_cap)
-    print(f"serving {args.served_model_name} ({generator.device}, max_model_len {generator.max_model_len}) at "
+    try:
+        generator = Generator(args.checkpoint, args.served_model_name, args.max_model_len, args.max_new_tokens_cap,
+                              model_family=args.model_family)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"serving {args.served_model_name} ({generator.device}, max_model_len {generator.max_model_len}, family "
+          f"{generator.family.key}) at "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(create_app(generator), host=args.host, port=args.port, log_level=args.log_level)
     return 0

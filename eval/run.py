@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.checkpoints import global_step
+from common.errors import UserError
 from eval import settings as eval_settings
 from eval.job_dir import read_job
 from eval.preflight import parse_env_kwargs, preflight, report_lines
@@ -154,8 +155,8 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     started = time.monotonic()
     # a distinct served name per run and checkpoint: Harbor keys its results by model name
     name = "-".join(part for part in (checkpoint_dir.resolve().parent.name, checkpoint_dir.name) if part)
-    serving = (serve_checkpoint(checkpoint, served_model_name=name) if settings.agent in eval_settings.MODEL_AGENTS
-               else nullcontext(None))
+    serving = (serve_checkpoint(checkpoint, served_model_name=name, model_family=settings.model_family)
+               if settings.agent in eval_settings.MODEL_AGENTS else nullcontext(None))
     with serving as served:
         command = harbor_command(settings, job_name, jobs_dir, served)
         progress(f"eval: {settings.suite} with {settings.agent} on {checkpoint}"
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                                         args.api_key or os.environ.get("HOSTED_VLLM_API_KEY"), args.results_file)
         else:
             results = evaluate(args.checkpoint, settings, args.results_file)
-    except (EvalError, RuntimeError, TimeoutError) as err:
+    except (EvalError, RuntimeError, TimeoutError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.wandb_run_id:

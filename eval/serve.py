@@ -1,8 +1,10 @@
 """Serve a checkpoint behind an OpenAI-compatible URL for the length of an eval: `serve_checkpoint`, the backends.
 Runs in: the training venv; the server is a subprocess (vLLM's, or eval/cpu_server.py) on a free loopback port.
 
-Backends `vllm` (`vllm serve ... --enable-auto-tool-choice --tool-call-parser hermes`, where a GPU and vLLM are
-present) and `cpu` (eval/cpu_server.py, elsewhere). `serve_checkpoint(...)` waits for `/health`, yields a
+Backends `vllm` (`vllm serve ... --enable-auto-tool-choice --tool-call-parser P [--reasoning-parser R]`, P and R
+from the model's family in common/model_families.py, where a GPU and vLLM are present) and `cpu`
+(eval/cpu_server.py, elsewhere). A model whose family cannot be told is refused before anything starts (one line:
+set `--model_family`). `serve_checkpoint(...)` waits for `/health`, yields a
 `ServedModel(base_url=".../v1", model=NAME, process=...)` and stops the server when the block exits.
 
     python -m eval.serve --checkpoint outputs/sft-tiny/checkpoint-20 --port 8000
@@ -24,6 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import UserError
+from common.model_families import (FAMILIES, FAMILY_KEY, ModelFamily, UnknownFamily, family, family_of,
+                                   family_of_checkpoint, known_keys)
 from common.net import free_port, stop_process, wait_until_healthy
 from eval import cpu_server
 from eval.cpu_server import DEFAULT_MAX_NEW_TOKENS_CAP
@@ -54,6 +59,66 @@ def resolve_checkpoint(checkpoint: str) -> str:
     """A local path for a checkpoint dir, a Hugging Face name or builtin:tiny-qwen3."""
 
     return resolve_model(checkpoint)
+
+
+# ------------------------------------------------------------------------------------------- the family
+
+def checkpoint_family(checkpoint: str, override: str | None = None) -> ModelFamily:
+    """The family of a resolved checkpoint (common/model_families.py): `override` (the `model_family` key) wins; a
+    folder is read from its files (a LoRA adapter's, else its base model's); a Hugging Face name through
+    transformers' tokenizer and config. UnknownFamily (one line naming the key) when the table cannot tell."""
+    if override:
+        return family(override)
+    folder = Path(checkpoint)
+    if folder.is_dir():
+        try:
+            return family_of_checkpoint(checkpoint)
+        except UnknownFamily:
+            adapter = folder / "adapter_config.json"
+            if not adapter.is_file():
+                raise
+            base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+            if not base:
+                raise
+            return checkpoint_family(resolve_checkpoint(base))
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        tokenizer, config = AutoTokenizer.from_pretrained(checkpoint), AutoConfig.from_pretrained(checkpoint)
+    except (OSError, ValueError) as err:
+        raise UnknownFamily(f"cannot tell the model family of {checkpoint} (its tokenizer and config did not load: "
+                            f"{type(err).__name__}); set `{FAMILY_KEY}` to one of: {known_keys()}") from None
+    return family_of(tokenizer, config)
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `flag` in a command line (`--flag V` or `--flag=V`), None when absent."""
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def vllm_parser_args(model_family: ModelFamily, extra_args: Sequence[str] = ()) -> list[str]:
+    """`--enable-auto-tool-choice --tool-call-parser P [--reasoning-parser R]` from the family table. A parser in
+    extra_args must be the family's own (it is then not repeated); any other is refused, one line: to serve with
+    another family's parsers, name that family (`--model_family`)."""
+    if model_family.vllm_tool_call_parser is None:
+        raise UserError(f"{model_family.key}: the family table names no vLLM --tool-call-parser confirmed for the "
+                        f"pinned vLLM; none is guessed (docs/models.md)")
+    args = [] if "--enable-auto-tool-choice" in extra_args else ["--enable-auto-tool-choice"]
+    for flag, ours in (("--tool-call-parser", model_family.vllm_tool_call_parser),
+                       ("--reasoning-parser", model_family.vllm_reasoning_parser)):
+        theirs = _flag_value(extra_args, flag)
+        if theirs is not None and theirs != ours:
+            raise UserError(f"{flag} {theirs}: the {model_family.key} family is served with "
+                            f"{ours or 'none'} (common/model_families.py); to use another family's parsers set "
+                            f"`--{FAMILY_KEY}` to that family ({known_keys()})")
+        if theirs is None and ours is not None:
+            args += [flag, ours]
+    return args
 
 
 # --------------------------------------------------------------------------------------------- backends
@@ -95,16 +160,19 @@ def auto_tensor_parallel(checkpoint: str, n_gpus: int | None = None) -> int:
 
 def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
                  max_model_len: int | None = None, tensor_parallel_size: int | None = None,
-                 extra_args: Sequence[str] = ()) -> list[str]:
+                 extra_args: Sequence[str] = (), model_family: ModelFamily | str | None = None) -> list[str]:
     """The `vllm serve` command line for a (resolved) checkpoint directory or Hugging Face name.
 
     A PEFT adapter directory (adapter_config.json, no config.json) is served as LoRA on its base model, under
-    the served name. Tool calls are parsed as vLLM parses Qwen3's (`--enable-auto-tool-choice --tool-call-parser
-    hermes`), so the bash-tool agent (harbor_plugins/bash_tool_agent.py, requests with `tools`) gets OpenAI
-    `tool_calls` from vLLM as it does from the CPU server; requests without `tools` (Terminus-2, which parses JSON/XML
-    from `content`) are untouched. A `--tool-call-parser` in extra_args replaces hermes; pass `--reasoning-parser
-    ...` there for thinking models. tensor_parallel_size None: every visible GPU the head count allows
+    the served name. Tool calls are parsed with the parsers the family table names for the model (model_family: a
+    family or its key; None: told from the checkpoint, `checkpoint_family`), so the bash-tool agent
+    (harbor_plugins/bash_tool_agent.py, requests with `tools`) gets OpenAI `tool_calls` from vLLM as it does from
+    the CPU server; requests without `tools` (Terminus-2) keep their text. A parser in extra_args other than the
+    family's is refused (`vllm_parser_args`). tensor_parallel_size None: every visible GPU the head count allows
     (auto_tensor_parallel)."""
+    if not isinstance(model_family, ModelFamily):
+        model_family = checkpoint_family(checkpoint, model_family)
+    parser_args = vllm_parser_args(model_family, extra_args)
     exe = Path(sys.executable).parent / "vllm"
     command = [str(exe) if exe.exists() else "vllm", "serve"]
     adapter = Path(checkpoint) / "adapter_config.json"
@@ -121,18 +189,16 @@ def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str =
                 "--generation-config", "auto"]
     if max_model_len:
         command += ["--max-model-len", str(max_model_len)]
-    if "--enable-auto-tool-choice" not in extra_args:
-        command += ["--enable-auto-tool-choice"]
-    if not any(arg.split("=")[0] == "--tool-call-parser" for arg in extra_args):
-        command += ["--tool-call-parser", "hermes"]
-    return command + list(extra_args)
+    return command + parser_args + list(extra_args)
 
 
 def cpu_server_args(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
                     max_model_len: int | None = None, max_new_tokens_cap: int | None = None,
-                    log_level: str | None = None) -> list[str]:
+                    log_level: str | None = None, model_family: str | None = None) -> list[str]:
     """The arguments of `python -m eval.cpu_server` (the cpu backend)."""
     args = ["--checkpoint", checkpoint, "--served_model_name", served_model_name, "--host", host, "--port", str(port)]
+    if model_family:
+        args += ["--model_family", model_family]
     if max_model_len:
         args += ["--max_model_len", str(max_model_len)]
     if max_new_tokens_cap:
@@ -143,10 +209,12 @@ def cpu_server_args(checkpoint: str, served_model_name: str, port: int, host: st
 
 
 def cpu_command(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
-                max_model_len: int | None = None, max_new_tokens_cap: int | None = None) -> list[str]:
+                max_model_len: int | None = None, max_new_tokens_cap: int | None = None,
+                model_family: str | None = None) -> list[str]:
     """The command line of the cpu backend's server process."""
     return [sys.executable, "-m", "eval.cpu_server",
-            *cpu_server_args(checkpoint, served_model_name, port, host, max_model_len, max_new_tokens_cap)]
+            *cpu_server_args(checkpoint, served_model_name, port, host, max_model_len, max_new_tokens_cap,
+                             model_family=model_family)]
 
 
 # ------------------------------------------------------------------------------------- serve_checkpoint
@@ -177,21 +245,25 @@ def serve_checkpoint(checkpoint: str, backend: str = "auto", port: int | None = 
                      served_model_name: str | None = None, max_model_len: int | None = None,
                      max_new_tokens_cap: int | None = None, tensor_parallel_size: int | None = None,
                      extra_args: Sequence[str] = (), startup_timeout: float | None = None,
-                     log_path: str | os.PathLike | None = None, env: dict | None = None) -> Iterator[ServedModel]:
-    """Start an OpenAI-compatible server for `checkpoint`, wait for /health, yield a ServedModel, stop it."""
+                     log_path: str | os.PathLike | None = None, env: dict | None = None,
+                     model_family: str | None = None) -> Iterator[ServedModel]:
+    """Start an OpenAI-compatible server for `checkpoint`, wait for /health, yield a ServedModel, stop it. The
+    model's family (model_family, else told from the checkpoint) is settled first: UnknownFamily before any start."""
     import httpx
 
     backend = choose_backend(backend)
     name = sanitize_model_name(served_model_name) if served_model_name else default_served_name(checkpoint)
     port = port or free_port(host)
+    served_family = checkpoint_family(resolve_checkpoint(checkpoint), model_family)
     if backend == "vllm":
         command = vllm_command(resolve_checkpoint(checkpoint), name, port, host, max_model_len,
-                               tensor_parallel_size, extra_args)
+                               tensor_parallel_size, extra_args, served_family)
         if shutil.which(command[0]) is None:
             raise RuntimeError(f"backend 'vllm': {command[0]} not found; install vllm (pip install -e '.[gpu]') or "
                                f"use backend='cpu'")
     else:
-        command = cpu_command(checkpoint, name, port, host, max_model_len, max_new_tokens_cap)
+        command = cpu_command(checkpoint, name, port, host, max_model_len, max_new_tokens_cap,
+                              model_family=served_family.key)
     timeout = startup_timeout if startup_timeout is not None else STARTUP_TIMEOUT[backend]
     temp_log = None
     if log_path is None:
@@ -250,6 +322,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tensor_parallel_size", type=int, default=None,
                         help="vllm backend (default: every visible GPU that divides the attention heads)")
     parser.add_argument("--log_level", default="warning", help="uvicorn log level (cpu backend)")
+    parser.add_argument("--model_family", choices=list(FAMILIES), default=None,
+                        help="the model's family in common/model_families.py (docs/models.md), which picks the "
+                             "tool-call and reasoning parsers (default: told from the chat template and "
+                             "config.model_type; a model it cannot tell is refused)")
     args, extra = parser.parse_known_args(argv)
     if extra and choose_backend(args.backend) != "vllm":
         parser.error(f"unrecognized arguments: {' '.join(extra)} (extra arguments are passed to vllm only)")
@@ -264,16 +340,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.served_model_name and name != args.served_model_name:
         print(f"served model name {args.served_model_name!r} sanitized to {name!r}", file=sys.stderr)
     backend = choose_backend(args.backend)
+    try:
+        served_family = checkpoint_family(resolve_checkpoint(args.checkpoint), args.model_family)
+        if backend == "vllm":
+            command = vllm_command(resolve_checkpoint(args.checkpoint), name, args.port, args.host,
+                                   args.max_model_len, args.tensor_parallel_size, args.vllm_args, served_family)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if backend == "vllm":
-        command = vllm_command(resolve_checkpoint(args.checkpoint), name, args.port, args.host,
-                               args.max_model_len, args.tensor_parallel_size, args.vllm_args)
         print(" ".join(command), file=sys.stderr, flush=True)
         if shutil.which(command[0]) is None and not Path(command[0]).exists():
             print(f"error: {command[0]} not found; install vllm or use --backend cpu", file=sys.stderr)
             return 2
         os.execvp(command[0], command)
     return cpu_server.main(cpu_server_args(args.checkpoint, name, args.port, args.host, args.max_model_len,
-                                           args.max_new_tokens_cap, args.log_level))
+                                           args.max_new_tokens_cap, args.log_level, served_family.key))
 
 
 if __name__ == "__main__":

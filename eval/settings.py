@@ -14,6 +14,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
+from common.model_families import FAMILIES
 from eval.outcomes import INFRA_MODES
 
 AGENTS = ("terminus-2", "bash-tool", "oracle", "nop")
@@ -66,6 +67,10 @@ class EvalSettings:
     infra_errors: str = _setting("exclude", choices=INFRA_MODES, help=(
         "trials that ended in an infrastructure failure (environment build, verifier tools, network, sandbox): "
         "left out of mean_reward and pass@k and counted next to them (exclude), or counted as 0 (zero)"))
+    model_family: str | None = _setting(None, recipe=False, choices=tuple(FAMILIES), help=(
+        "the served checkpoint's family (common/model_families.py, docs/models.md), which picks its tool-call and "
+        "reasoning parsers (default: told from its chat template and config.model_type; a model it cannot tell is "
+        "refused)"))
     jobs_dir: str | None = _setting(None, recipe=False, help=(
         "where the Harbor job dirs go (default: <checkpoint>/eval_jobs; with eval.run --model_url: "
         "outputs/evals/<model>)"))

@@ -30,7 +30,8 @@ TOP = len(LAYERS) - 1
 # files run by path inside the sandbox (`python -I FILE`), where the package cannot be imported: they load their
 # siblings by path, or by package when imported as one
 RUN_BY_PATH = ("sandbox.enter", "sandbox.pid1")
-STDLIB_ONLY = ("sandbox", "harbor_tasks", "common/bash_harness.py", "common/digest.py", "common/cache_dir.py")
+STDLIB_ONLY = ("sandbox", "harbor_tasks", "common/bash_harness.py", "common/digest.py", "common/cache_dir.py",
+               "common/model_families.py")
 SKIP = ("tests/fixtures/", "eval/tasks/terminal/", "eval/tasks/evocode/", ".venv")
 
 

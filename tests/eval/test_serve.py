@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from common.errors import UserError
+from common.model_families import FAMILIES, UnknownFamily
 from eval.serve import (MODEL_NAME_PATTERN, auto_tensor_parallel, choose_backend, default_served_name, sanitize_model_name,
                         serve_checkpoint, vllm_command)
 from tests.conftest import REPO
@@ -218,7 +220,7 @@ def test_server_is_stopped_when_the_block_exits(tiny_model_path, tmp_path):
 def test_a_server_that_dies_reports_its_log(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(RuntimeError, match=r"exited with code \d+ .*\n(.|\n)*not a valid JSON file") as error:
-        with serve_checkpoint(str(tmp_path), backend="cpu", startup_timeout=60):
+        with serve_checkpoint(str(tmp_path), backend="cpu", startup_timeout=60, model_family="qwen3"):
             pass
     log = Path(re.search(r"its log \((.+?)\)", str(error.value)).group(1))
     assert "Traceback" in log.read_text()  # the log the message names is kept
@@ -248,24 +250,78 @@ def test_backend_choice(monkeypatch):
 
 def test_vllm_command(tmp_path):
     command = vllm_command("/ckpt/step_100", "ckpt-step100", 8123, max_model_len=65536, tensor_parallel_size=2,
-                           extra_args=["--reasoning-parser", "qwen3"])
+                           model_family="qwen3")
     assert command[0].endswith("vllm") and command[1:3] == ["serve", "/ckpt/step_100"]
-    # tool calls parsed as vLLM parses Qwen3's, so the bash-tool agent gets OpenAI tool_calls on GPU too
+    # tool calls parsed as vLLM parses the family's, so the bash-tool agent gets OpenAI tool_calls on GPU too
     assert "--enable-auto-tool-choice" in command
     rest = [arg for arg in command[3:] if arg != "--enable-auto-tool-choice"]
     args = dict(zip(rest[::2], rest[1::2]))
     assert args == {"--served-model-name": "ckpt-step100", "--host": "127.0.0.1", "--port": "8123",
                     "--tensor-parallel-size": "2", "--generation-config": "auto", "--max-model-len": "65536",
                     "--tool-call-parser": "hermes", "--reasoning-parser": "qwen3"}
-    own = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, extra_args=["--tool-call-parser", "qwen3_xml"])
-    assert own.count("--tool-call-parser") == 1 and own[-1] == "qwen3_xml"
-    assert "--max-model-len" not in vllm_command("/ckpt", "c", 1, tensor_parallel_size=1)
+    assert "--max-model-len" not in vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family="qwen3")
     # a LoRA adapter is served on its base model under the served name
     (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen3-8B", "r": 64}')
-    command = vllm_command(str(tmp_path), "lora-ckpt", 8000)
+    command = vllm_command(str(tmp_path), "lora-ckpt", 8000, model_family="qwen3")
     assert command[2] == "Qwen/Qwen3-8B"
     assert command[command.index("--lora-modules") + 1] == f"lora-ckpt={tmp_path}"
     assert command[command.index("--max-lora-rank") + 1] == "64"
+
+
+def parsers(command: list[str]) -> dict:
+    return {flag: [command[i + 1] for i, arg in enumerate(command) if arg == flag]
+            for flag in ("--tool-call-parser", "--reasoning-parser")}
+
+
+@pytest.mark.parametrize("key", list(FAMILIES))
+def test_vllm_gets_the_parsers_the_family_table_names_and_no_other(key):
+    family = FAMILIES[key]
+    command = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key)
+    assert parsers(command) == {"--tool-call-parser": [family.vllm_tool_call_parser],
+                                "--reasoning-parser": [family.vllm_reasoning_parser] if family.vllm_reasoning_parser
+                                else []}
+    assert command.count("--enable-auto-tool-choice") == 1
+    # the family's own parser given again is taken once; any other is refused, naming the family key
+    own = ["--tool-call-parser", family.vllm_tool_call_parser, "--max-num-seqs", "8"]
+    command = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key, extra_args=own)
+    assert parsers(command)["--tool-call-parser"] == [family.vllm_tool_call_parser]
+    assert command[-2:] == ["--max-num-seqs", "8"]
+    for other in ("--tool-call-parser=pythonic", "--reasoning-parser=deepseek_r1"):
+        with pytest.raises(UserError, match=f"the {key} family is served with .*--model_family") as error:
+            vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key, extra_args=[other])
+        assert "\n" not in str(error.value)
+
+
+def test_qwen3_5_is_served_with_qwen3_coder_never_hermes(tmp_path):
+    """The flagship config's family, told from the checkpoint's own files (TRL's Qwen3.5 template)."""
+    from common.model_families import trl_template_dir
+
+    (tmp_path / "chat_template.jinja").write_text((trl_template_dir() / "qwen3_5_think.jinja").read_text())
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_5", "num_attention_heads": 24}')
+    command = vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1)
+    assert parsers(command) == {"--tool-call-parser": ["qwen3_coder"], "--reasoning-parser": ["qwen3"]}
+    assert "hermes" not in command
+    with pytest.raises(UserError, match="--tool-call-parser hermes: the qwen3_5 family is served with qwen3_coder"):
+        vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1, extra_args=["--tool-call-parser", "hermes"])
+    # naming the family outright is how a user picks another family's parsers
+    assert parsers(vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1, model_family="qwen3"))[
+        "--tool-call-parser"] == ["hermes"]
+
+
+def test_a_model_of_unknown_family_is_refused_before_anything_starts(tmp_path):
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    for start in (lambda: vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1),
+                  lambda: serve_checkpoint(str(tmp_path), backend="cpu").__enter__(),
+                  lambda: serve_checkpoint("Org/not-downloaded", backend="vllm").__enter__()):
+        with pytest.raises(UnknownFamily) as error:
+            start()
+        message = str(error.value)
+        assert "\n" not in message and "`model_family`" in message and all(key in message for key in FAMILIES)
+    result = subprocess.run([sys.executable, "-m", "eval.serve", "--checkpoint", str(tmp_path), "--backend", "cpu"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: cannot tell the model family")
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_cli_help():
@@ -273,13 +329,14 @@ def test_cli_help():
                             timeout=60)
     assert result.returncode == 0
     for flag in ("--checkpoint", "--host", "--port", "--served_model_name", "--backend", "--max_model_len",
-                 "--max_new_tokens_cap"):
+                 "--max_new_tokens_cap", "--model_family"):
         assert flag in result.stdout
+    assert all(key in result.stdout for key in FAMILIES)
 
 
 def test_auto_tensor_parallel(tmp_path):
     (tmp_path / "config.json").write_text('{"num_attention_heads": 12}')
     assert [auto_tensor_parallel(str(tmp_path), n) for n in (1, 2, 4, 8)] == [1, 2, 4, 6]
     assert auto_tensor_parallel("/no/such/ckpt", 4) == 4
-    command = vllm_command(str(tmp_path), "c", 1)  # default: from the visible GPUs (none here: 1)
+    command = vllm_command(str(tmp_path), "c", 1, model_family="qwen3")  # default: the visible GPUs (none here: 1)
     assert command[command.index("--tensor-parallel-size") + 1] == str(auto_tensor_parallel(str(tmp_path)))
