@@ -37,6 +37,8 @@ def test_planted_links_resolve_inside_the_sandbox_and_nothing_blocks(box, tmp_pa
 
 def test_the_processes_are_the_sandboxs_with_their_writes(box):
     box.exec("nohup sh -c 'while :; do echo x > /tmp/w; sleep 0.02; done' >/dev/null 2>&1 &")
+    # the exec returns once the job is forked; under load nohup may not have become the writing `sh` yet
+    assert box.exec("for i in $(seq 100); do [ -s /tmp/w ] && exit 0; sleep 0.05; done; exit 1").return_code == 0
     with box.root() as root:
         before = processes(root.init_pid)
         time.sleep(0.3)
