@@ -146,10 +146,11 @@ def to_cli_args(settings: EvalSettings) -> list[str]:
 
 
 def choice_error(settings: EvalSettings) -> str | None:
-    """'--agent X: use one of ...' for the first field outside its choices, else None."""
+    """'--agent X: use one of ...' for the first field outside its choices, else None (a field whose default is
+    None, unset: `--model_family`)."""
     for f in dataclasses.fields(settings):
-        choices = f.metadata.get("choices")
-        if choices and getattr(settings, f.name) not in choices:
+        choices, value = f.metadata.get("choices"), getattr(settings, f.name)
+        if choices and value not in choices and not (value is None and f.default is None):
             return f"--{f.name} {getattr(settings, f.name)}: use one of {', '.join(choices)}"
     return None
 

@@ -70,3 +70,12 @@ def test_bad_suite_is_one_clear_line(tmp_path):
     result = run([sys.executable, "-m", "eval.run", "--checkpoint", str(tmp_path), "--suite", "builtin:nope",
                   "--agent", "oracle"])
     assert result.returncode == 2 and "unknown built-in suite" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_model_family_is_checked_only_when_set():
+    from eval.settings import EvalSettings, choice_error
+
+    assert choice_error(EvalSettings(suite="builtin:terminal")) is None  # unset: told from the checkpoint
+    assert choice_error(EvalSettings(suite="builtin:terminal", model_family="qwen3_5")) is None
+    assert choice_error(EvalSettings(suite="builtin:terminal", model_family="nope")).startswith(
+        "--model_family nope: use one of qwen3, ")
