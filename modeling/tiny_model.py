@@ -50,6 +50,7 @@ class Preset:
     pre_tokenizer: str = "gpt2"
     line_tokens: bool = False  # frequent whole lines of the corpus become single tokens (frequent_lines)
     copy_steps: int = 0  # steps of copy pretraining (pretrain_copy) after the random init
+    copy_span: int = 48  # tokens a copy-pretraining sequence repeats (the distance the copy circuit learns)
     help: str = field(default="", compare=False)
 
 
@@ -234,8 +235,8 @@ def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) 
                                                pad_token_id=tokenizer.pad_token_id)
     copy_accuracy = None
     if preset.copy_steps:
-        copy_accuracy = pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed)
-        (out / COPY_PRETRAINING_FILE).write_text(json.dumps({"steps": preset.copy_steps,
+        copy_accuracy = pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
+        (out / COPY_PRETRAINING_FILE).write_text(json.dumps({"steps": preset.copy_steps, "span": preset.copy_span,
                                                              "copy_accuracy": round(copy_accuracy, 4)}) + "\n")
     model.save_pretrained(out)
     return copy_accuracy
@@ -285,12 +286,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="; ".join(f"{name}: {p.help}" for name, p in PRESETS.items()) + " (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default: %(default)s)")
     parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps (default: the preset's; 0: none)")
+    parser.add_argument("--copy_span", type=int, help="tokens each copy-pretraining sequence repeats (default: the "
+                        "preset's, 48)")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     if args.copy_steps is not None:
         if args.copy_steps < 0:
             parser.error(f"--copy_steps {args.copy_steps}: must be >= 0")
         preset = dataclasses.replace(preset, copy_steps=args.copy_steps)
+    if args.copy_span is not None:
+        if args.copy_span < 1:
+            parser.error(f"--copy_span {args.copy_span}: must be >= 1")
+        preset = dataclasses.replace(preset, copy_span=args.copy_span)
     try:
         texts, records = record_texts(args.corpus)
     except ConfigError as err:
@@ -309,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     config, tokenizer = AutoConfig.from_pretrained(args.out), AutoTokenizer.from_pretrained(args.out)
     print(f"built {args.preset} in {args.out}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"vocab {len(tokenizer)} (tokenizer trained on {records} records), seed {args.seed}"
-          + (f", copy pretraining {preset.copy_steps} steps: copy accuracy {copy_accuracy:.3f} on fresh "
+          + (f", copy pretraining {preset.copy_steps} steps of span {preset.copy_span}: copy accuracy {copy_accuracy:.3f} on fresh "
              f"sequences" if copy_accuracy is not None else ""))
     return 0
 

@@ -23,7 +23,8 @@ def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
                   eval_suites=[str(out / "tasks" / "heldout")], decontaminate_against=[str(out / "tasks" / "heldout")], report_to=[], num_train_epochs=1, eval_fraction=0.25,
                   save_steps=6, eval_steps=6, logging_steps=1, max_steps=6, eval_max_turns=2, eval_max_tokens=48,
                   # an untrained model never stops: Terminus-2 retries each truncated answer until the agent timeout
-                  eval_agent_timeout_multiplier=0.1), **overrides)
+                  # (180 s x 0.03 = 5.4 s: a scored 0, the pipeline's outcome either way)
+                  eval_agent_timeout_multiplier=0.03), **overrides)
     path = tmp_path / "learn.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -38,8 +39,8 @@ def test_learning_run_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
     """configs/sft/learn-bash.yaml: the teacher collected with the bash-tool agent (its trajectories are tool-calling
-    chats with the tool's schema), the student scored with it."""
-    out = run_small(tmp_path, "learn-bash.yaml", "bash-tool")
+    chats with the tool's schema), the student scored with it. No overfit check: the Terminus-2 run has it."""
+    out = run_small(tmp_path, "learn-bash.yaml", "bash-tool", overfit_tasks=0)
     trajectory = json.loads(next((out / "teacher").glob("*/*/agent/trajectory.json")).read_text())
     assert trajectory["agent"]["name"] == "bash-tool" and trajectory["agent"]["tool_definitions"]
     # the tokenizer is trained on them with the tool preamble the chat template adds, its lines single tokens
@@ -55,12 +56,13 @@ def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
         assert results["agent"] == "bash-tool" and results["metrics"]["n_trials"] == 2
 
 
-def run_small(tmp_path: Path, name: str, agent: str) -> Path:
+def run_small(tmp_path: Path, name: str, agent: str, overfit_tasks: int = 1) -> Path:
     """The learning run of configs/sft/<name>, small; returns its output dir."""
     config = small_config(tmp_path, name)
     out = tmp_path / "learn"
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
-                          "--eval_tasks", "2", "--overfit_tasks", "1", "--families", "write-value,count-lines",
+                          "--eval_tasks", "2", "--overfit_tasks", str(overfit_tasks), "--families",
+                          "write-value,count-lines",
                           "--teacher_concurrency", "6", "--train_seed", "3", "--eval_seed", "7",
                           "--copy_steps", "5"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -73,7 +75,7 @@ def run_small(tmp_path: Path, name: str, agent: str) -> Path:
     steps = [step for step, _ in summary["heldout_curve"]]
     assert steps == [0, 6]  # step 0 and the save (every save: tests/trainers/test_eval_callback.py)
     assert all(isinstance(score, float) and 0 <= score <= 1 for _, score in summary["heldout_curve"])
-    assert isinstance(summary["overfit_mean_reward"], float)
+    assert isinstance(summary["overfit_mean_reward"], float) if overfit_tasks else summary["overfit_mean_reward"] is None
     assert (out / "checkpoint-0" / "model.safetensors").is_file() and (out / "curve.png").stat().st_size > 0
     # the corpus's overlap with the held-out instances: the family template only, not contamination
     assert summary["overlap"]["decontaminated_against"] == [str(out / "tasks" / "heldout")]
