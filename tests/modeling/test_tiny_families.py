@@ -111,3 +111,18 @@ def test_sft_masking_trains_exactly_the_trainable_assistant_turns(key, built):
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
             [("bash", {"command": "touch TRAINED-golf.h && make"})], spans[0]
         assert parse(spans[1], [BASH])[1] == []
+
+
+def test_docs_tiny_table_has_every_family_and_what_the_masking_test_shows():
+    """docs/models.md's tiny-model table: a row per family of the table, in its order, SFT masking ✅ exactly where
+    the test above trains the turns (refused where the family has no training twin)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in page.splitlines()
+            if line.startswith("| tiny-")]
+    assert [row[0] for row in rows] == [f"tiny-{key}" for key in FAMILIES]
+    for row in rows:
+        fam = FAMILIES[row[0].removeprefix("tiny-")]
+        assert (row[3] == "✅") == fam.sft_masking and (fam.sft_masking or row[3].startswith("refused")), row
+        assert row[1] == (TINY_FAMILIES[fam.key].architecture if fam.key in TINY_FAMILIES else "Qwen3ForCausalLM")
