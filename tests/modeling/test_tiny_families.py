@@ -126,3 +126,30 @@ def test_docs_tiny_table_has_every_family_and_what_the_masking_test_shows():
         fam = FAMILIES[row[0].removeprefix("tiny-")]
         assert (row[3] == "✅") == fam.sft_masking and (fam.sft_masking or row[3].startswith("refused")), row
         assert row[1] == (TINY_FAMILIES[fam.key].architecture if fam.key in TINY_FAMILIES else "Qwen3ForCausalLM")
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_what_the_sft_recipe_refuses_at_start_for_each_family(key, built):
+    """recipes/sft.py's kernel check on the embedded config (packing, attn_implementation varlen): hybrids refused
+    for packing where the boundary kernels are missing, gpt-oss refused for varlen (its attention sinks), each in
+    one line; with `packing: false` and eager attention every family passes."""
+    from types import SimpleNamespace
+
+    from modeling.kernels import boundary_kernels, check_kernels, recurrent_layers
+
+    path, _, config = built[key]
+    training = SimpleNamespace(packing=True, padding_free=False, eval_packing=None, use_liger_kernel=False, use_cpu=True)
+    model = SimpleNamespace(attn_implementation="varlen")
+    refusal = None
+    if key in TINY_FAMILIES and TINY_FAMILIES[key].architecture == "GptOssForCausalLM":
+        refusal = "attn_implementation: varlen runs GptOssForCausalLM's attention on SDPA"
+    elif recurrent_layers(config) and not all(boundary_kernels(config).values()):
+        refusal = f"packing: {config.model_type} has 1 of {config.num_hidden_layers} layers of linear attention"
+    if refusal is None:
+        check_kernels(path, None, training, model)
+    else:
+        with pytest.raises(ConfigError) as refused:
+            check_kernels(path, None, training, model)
+        assert str(refused.value).startswith(refusal) and "\n" not in str(refused.value)
+    training.packing, model.attn_implementation = False, "eager"
+    check_kernels(path, None, training, model)
