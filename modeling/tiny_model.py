@@ -1,10 +1,11 @@
-"""Small Qwen3-architecture causal LMs with byte-level BPE tokenizers, built offline (`builtin:tiny-qwen3`, student).
+"""Small causal LMs with byte-level BPE tokenizers, built offline: `builtin:tiny-<family>`, the student preset.
 Runs in: the training venv (.venv: torch, Transformers, tokenizers); cached under `$TERMINAL_RECIPES_CACHE`.
 
     python -m modeling.tiny_model --out DIR --corpus PATH... [--preset student] [--copy_steps N]
 
-Random weights (the student: copy-pretrained on synthetic sequences, no task text), TRL's bundled Qwen3 chat
-template byte for byte. The student's tokenizer and copy pretraining: docs/learn.md.
+Random weights (the student: copy-pretrained on synthetic sequences, no task text), TRL's bundled chat template byte
+for byte: Qwen3 for the embedded default and the student, each family's own for the others (tiny_families.py,
+docs/models.md). The student's tokenizer and copy pretraining: docs/learn.md.
 """
 
 from __future__ import annotations
@@ -287,7 +288,8 @@ def family_tokenizer(key: str):
 def family_fingerprint(key: str) -> str:
     """Names a family's cached build: the corpus, the family's tiny spec and sizes, its TRL template."""
     spec = TINY_FAMILIES[key]
-    digest = hashlib.sha256(json.dumps([fingerprint(), TOKENIZER_VOCAB_SIZE, TINY_DIMS, dataclasses.astuple(spec),
+    described = [getattr(spec, f.name) for f in dataclasses.fields(spec) if f.compare]  # not its notes
+    digest = hashlib.sha256(json.dumps([fingerprint(), TOKENIZER_VOCAB_SIZE, TINY_DIMS, described,
                                         family_template(key)], default=str).encode())
     return digest.hexdigest()[:12]
 

@@ -138,7 +138,8 @@ def test_what_the_sft_recipe_refuses_at_start_for_each_family(key, built):
     from modeling.kernels import boundary_kernels, check_kernels, recurrent_layers
 
     path, _, config = built[key]
-    training = SimpleNamespace(packing=True, padding_free=False, eval_packing=None, use_liger_kernel=False, use_cpu=True)
+    training = SimpleNamespace(packing=True, padding_free=False, eval_packing=None, use_liger_kernel=False,
+                               use_cpu=True)
     model = SimpleNamespace(attn_implementation="varlen")
     refusal = None
     if key in TINY_FAMILIES and TINY_FAMILIES[key].architecture == "GptOssForCausalLM":
