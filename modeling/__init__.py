@@ -1,3 +1,3 @@
-"""The model side: the embedded tiny Qwen3 (tiny_model), attention kernels and packing checks, the FLOPs behind MFU.
+"""The model side: tiny models of each family (tiny_model, tiny_families), kernels and packing checks, MFU's FLOPs.
 Runs in: the training venv (.venv: torch, Transformers); the recipes, eval's CPU serving and the benchmarks import it.
 """

@@ -67,6 +67,27 @@ def boundary_kernels(config) -> dict[str, bool]:
     return found
 
 
+def causal_lm_class(config):
+    """The transformers class AutoModelForCausalLM builds for `config` (None where it has none)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except (KeyError, ValueError):
+        return None
+
+
+def check_attention(config, attn_implementation: str | None) -> None:
+    """`varlen` where it stays ours (no flash-attn) runs SDPA or torch's varlen kernel: refused for a model whose
+    attention they do not compute (transformers' `_supports_sdpa = False`: gpt-oss's attention sinks), which it
+    would silently leave out and so train another model."""
+    model_class = causal_lm_class(config)
+    if attn_implementation == "varlen" and model_class is not None and not getattr(model_class, "_supports_sdpa", True):
+        raise ConfigError(f"attn_implementation: varlen runs {model_class.__name__}'s attention on SDPA here, "
+                          "which transformers refuses for it (SDPA leaves out what it adds: gpt-oss's attention "
+                          "sinks); set `attn_implementation: eager` and `packing: false` (one record per row)")
+
+
 def check_packing(config, packing: bool, kernels: dict[str, bool] | None = None) -> None:
     """Refuse packed / padding-free batches on a model whose recurrent layers would leak across records."""
     layers = recurrent_layers(config)
@@ -115,5 +136,6 @@ def check_kernels(model_path: str, revision: str | None, training_args, model_ar
 
     model_args.attn_implementation = select_attention(model_args.attn_implementation)
     config = AutoConfig.from_pretrained(model_path, revision=revision)
+    check_attention(config, model_args.attn_implementation)
     check_packing(config, bool(training_args.packing or training_args.padding_free or training_args.eval_packing))
     check_liger(config, training_args.use_liger_kernel, torch.cuda.is_available() and not training_args.use_cpu)

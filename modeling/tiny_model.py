@@ -1,29 +1,33 @@
-"""Small Qwen3-architecture causal LMs with byte-level BPE tokenizers, built offline (`builtin:tiny-qwen3`, student).
+"""Small causal LMs with byte-level BPE tokenizers, built offline: `builtin:tiny-<family>`, the student preset.
 Runs in: the training venv (.venv: torch, Transformers, tokenizers); cached under `$TERMINAL_RECIPES_CACHE`.
 
     python -m modeling.tiny_model --out DIR --corpus PATH... [--preset student] [--copy_steps N]
 
-Random weights (the student: copy-pretrained on synthetic sequences, no task text), TRL's bundled Qwen3 chat
-template byte for byte. The student's tokenizer and copy pretraining: docs/learn.md.
+Random weights (the student: copy-pretrained on synthetic sequences, no task text), TRL's bundled chat template byte
+for byte: Qwen3 for the embedded default and the student, each family's own for the others (tiny_families.py,
+docs/models.md). The student's tokenizer and copy pretraining: docs/learn.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.resources
 import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chat_corpus.sources import Source, load_source
 from common.cache_dir import cache_root
 from common.errors import ConfigError
+from common.model_families import FAMILIES, trl_template_dir
+from modeling.tiny_families import EMBEDDED_FAMILY, TINY_DIMS, TINY_FAMILIES, TinyFamily
 
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
@@ -246,11 +250,79 @@ def _build(out: Path) -> None:
     build_model(out, _corpus_texts(), PRESETS[TINY_NAME])
 
 
-def tiny_model_path() -> Path:
-    """Path of the cached tiny model, building it first if needed (safe with several processes)."""
+def family_template(key: str) -> str:
+    """TRL's first template of the family (common/model_families.py), the text as TRL ships it."""
+    return (trl_template_dir() / f"{FAMILIES[key].templates[0]}.jinja").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def base_bpe() -> str:
+    """One byte-level BPE (tokenizers' JSON) trained on the bundled corpora with no special tokens, shared by every
+    family's tiny tokenizer: each adds its own tokens on top (once per process, ~1 s)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(_corpus_texts(), trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB_SIZE, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return bpe.to_str()
+
+
+def family_tokenizer(key: str):
+    """The family's tiny tokenizer: the shared BPE, the family's control tokens (special) and tags (single tokens,
+    decoded even with skip_special_tokens), its eos/pad/bos, and its TRL template byte for byte."""
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    spec = TINY_FAMILIES[key]
+    named = {"eos_token": spec.eos, "pad_token": spec.pad, **({"bos_token": spec.bos} if spec.bos else {})}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(base_bpe()), **named,
+                                        additional_special_tokens=[t for t in spec.special_tokens
+                                                                   if t not in named.values()])
+    tokenizer.add_tokens([AddedToken(tag, normalized=False, special=False) for tag in spec.tags])
+    tokenizer.chat_template = family_template(key)
+    tokenizer.model_max_length = spec.model_config()["max_position_embeddings"]
+    return tokenizer
+
+
+def family_fingerprint(key: str) -> str:
+    """Names a family's cached build: the corpus, the family's tiny spec and sizes, its TRL template."""
+    spec = TINY_FAMILIES[key]
+    described = [getattr(spec, f.name) for f in dataclasses.fields(spec) if f.compare]  # not its notes
+    digest = hashlib.sha256(json.dumps([fingerprint(), TOKENIZER_VOCAB_SIZE, TINY_DIMS, described,
+                                        family_template(key)], default=str).encode())
+    return digest.hexdigest()[:12]
+
+
+def build_family_model(out: Path, key: str, seed: int = 0) -> None:
+    """`builtin:tiny-<key>`: the family's tokenizer and its architecture from transformers with the tiny config,
+    random weights (seeded), saved into `out`."""
+    import torch
+    import transformers
+
+    spec: TinyFamily = TINY_FAMILIES[key]
+    tokenizer = family_tokenizer(key)
+    tokenizer.save_pretrained(out)
+    ids = tokenizer.convert_tokens_to_ids
+    config = getattr(transformers, spec.config_class)(
+        vocab_size=len(tokenizer), eos_token_id=ids(spec.eos), pad_token_id=ids(spec.pad),
+        bos_token_id=ids(spec.bos) if spec.bos else None, **spec.model_config())
+    torch.manual_seed(seed)
+    model = getattr(transformers, spec.architecture)(config)
+    stops = [ids(spec.eos)] + [ids(token) for token in spec.stop]
+    model.generation_config = transformers.GenerationConfig(
+        eos_token_id=stops if len(stops) > 1 else stops[0], pad_token_id=ids(spec.pad),
+        bos_token_id=ids(spec.bos) if spec.bos else None)
+    model.save_pretrained(out)
+
+
+def _cached(name: str, build: Callable[[Path], None]) -> Path:
+    """cache_root()/name, built by `build` into a fresh folder then renamed into place (safe with several
+    processes)."""
     from filelock import FileLock
 
-    target = cache_root() / f"{TINY_NAME}-{fingerprint()}"
+    target = cache_root() / name
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -258,21 +330,38 @@ def tiny_model_path() -> Path:
         if not (target / "config.json").exists():
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
             try:
-                _build(tmp)
+                build(tmp)
                 tmp.rename(target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
+def tiny_model_path() -> Path:
+    """Path of the cached tiny model, building it first if needed (safe with several processes)."""
+    return _cached(f"{TINY_NAME}-{fingerprint()}", _build)
+
+
+def tiny_family_path(key: str) -> Path:
+    """Path of the cached tiny model of a family (FAMILIES' key), building it first if needed."""
+    if key == EMBEDDED_FAMILY:
+        return tiny_model_path()
+    return _cached(f"tiny-{key}-{family_fingerprint(key)}", lambda out: build_family_model(out, key))
+
+
+def builtin_names() -> list[str]:
+    """Every `builtin:` model: `tiny-<family>` for each family of the table."""
+    return [f"{BUILTIN_PREFIX}tiny-{key}" for key in FAMILIES]
+
+
 def resolve_model(name_or_path: str) -> str:
-    """`builtin:tiny-qwen3` becomes the cached tiny model's path; any other name or path passes through."""
+    """`builtin:tiny-<family>` becomes that cached tiny model's path; any other name or path passes through."""
     if name_or_path.startswith(BUILTIN_PREFIX):
-        name = name_or_path[len(BUILTIN_PREFIX):]
-        if name != TINY_NAME:
-            raise ConfigError(f"model_name_or_path: unknown built-in model {name_or_path!r}; the built-in model is "
-                             f"'{BUILTIN_PREFIX}{TINY_NAME}' (or give a Hugging Face name or a local path)")
-        return str(tiny_model_path())
+        key = name_or_path[len(BUILTIN_PREFIX):].removeprefix("tiny-")
+        if f"{BUILTIN_PREFIX}tiny-{key}" != name_or_path or key not in FAMILIES:
+            raise ConfigError(f"model_name_or_path: unknown built-in model {name_or_path!r}; the built-in models are "
+                              f"{', '.join(builtin_names())} (or give a Hugging Face name or a local path)")
+        return str(tiny_family_path(key))
     return name_or_path
 
 

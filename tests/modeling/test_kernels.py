@@ -14,7 +14,7 @@ from transformers import Qwen3_5TextConfig, Qwen3Config
 
 from common.errors import ConfigError
 from modeling.flops import causal_pairs, flops_model
-from modeling.kernels import check_kernels, check_liger, select_attention
+from modeling.kernels import check_attention, check_kernels, check_liger, select_attention
 from modeling.varlen_attention import torch_varlen_attn, torch_varlen_forward, uses_torch_varlen, varlen_sdpa_attention
 
 
@@ -128,6 +128,20 @@ def test_the_recipes_check_resolves_varlen_on_cpu(tiny_model_path):
     training.use_liger_kernel = True
     with pytest.raises(ConfigError, match="^use_liger_kernel"):
         check_kernels(tiny_model_path, None, training, model)
+
+
+def test_varlen_is_refused_where_sdpa_would_leave_out_part_of_the_attention():
+    """gpt-oss's attention sinks: transformers runs it on eager (or flex), never SDPA; `varlen` on CPU is SDPA, and
+    would train a model without its sinks."""
+    from transformers import GptOssConfig
+
+    with pytest.raises(ConfigError, match=r"^attn_implementation: varlen runs GptOssForCausalLM's attention on SDPA "
+                       r"here.*attention sinks\); set `attn_implementation: eager` and `packing: false`"):
+        check_attention(GptOssConfig(), "varlen")
+    check_attention(GptOssConfig(), "eager")
+    check_attention(GptOssConfig(), "flash_attention_2")  # transformers decides what its flash kernels take
+    check_attention(Qwen3Config(), "varlen")
+    check_attention(Qwen3_5TextConfig(), "varlen")
 
 
 def test_mfu_formula_by_hand():
