@@ -10,6 +10,7 @@ examples silently; this module truncates by the configured policy and reports ev
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from chat_corpus.records import RecordError
 from common.errors import ConfigError
@@ -31,6 +32,31 @@ def training_chat_template(tokenizer) -> str:
             f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')} has no "
             "{% generation %} markers and TRL has no training twin for it; set `chat_template_path` to a .jinja "
             "file that wraps each assistant turn in {% generation %} ... {% endgeneration %}") from None
+
+
+def load_tokenizer(model_path: str, revision: str | None = None, chat_template_path: str | None = None):
+    """The tokenizer the corpus is rendered with: the model's, with SFTConfig's `chat_template_path` (a .jinja file)
+    set on it first, as TRL sets it when the trainer starts (recipes/sft.py and `python -m trainers.data`)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=revision)
+    if chat_template_path:
+        tokenizer.chat_template = read_chat_template_path(chat_template_path)
+    return tokenizer
+
+
+def read_chat_template_path(path: str) -> str:
+    """The template of SFTConfig's `chat_template_path` when it is a .jinja file (TRL sets it at the trainer's start;
+    the corpus is rendered before that, so the recipe sets it first). A tokenizer's folder, which TRL clones with its
+    tokens, is refused: the corpus would be rendered with another vocabulary than the one trained."""
+    if not path.endswith((".jinja", ".j2")):
+        raise ConfigError(f"chat_template_path: {path!r} is not a .jinja file; give a Jinja template file (cloning a "
+                          "tokenizer's template and tokens is not supported with the prepared corpus)")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"chat_template_path: cannot read {path} ({err.__class__.__name__}); give a readable "
+                          ".jinja file") from None
 
 
 @dataclass

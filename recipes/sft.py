@@ -14,11 +14,11 @@ RECIPE_STARTED = time.time()  # before the heavy imports below: seconds_to_first
 
 
 from accelerate import PartialState
-from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig, get_peft_config
 
 import modeling.varlen_attention  # noqa: F401  (registers attn_implementation "varlen" and "varlen_sdpa")
 from chat_corpus.cache import corpus_cache_report, prepare_main_first
+from chat_corpus.masking import load_tokenizer
 from chat_corpus.sft_corpus import CorpusArguments
 from common.checkpoints import last_complete_checkpoint
 from modeling.kernels import check_kernels
@@ -39,7 +39,7 @@ def main():
         model_path = resolve_model(model_args.model_name_or_path)
     # attention for the device; packing on linear-attention layers and Liger refused where they would go wrong
     check_kernels(model_path, model_args.model_revision, training_args, model_args)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    tokenizer = load_tokenizer(model_path, model_args.model_revision, training_args.chat_template_path)
     # the main process prepares the corpus (or finds it in the cache) while the others wait, then they load it
     preparing = time.monotonic()
     prepared = prepare_main_first(corpus_args, tokenizer, training_args.max_length, training_args.dataset_num_proc, state)

@@ -19,7 +19,8 @@ import sys
 
 from chat_corpus import decontaminate
 from chat_corpus.cache import prepare_corpus
-from chat_corpus.masking import TRUNCATION_POLICIES, fit_to_length, tokenize_chat, training_chat_template
+from chat_corpus.masking import (TRUNCATION_POLICIES, fit_to_length, load_tokenizer, tokenize_chat,
+                                 training_chat_template)
 from chat_corpus.records import RecordError
 from chat_corpus.sft_corpus import CorpusArguments
 from chat_corpus.sources import FORMATS, Source, load_source, to_record
@@ -43,12 +44,9 @@ def tokenize_prompt(tokenizer, record: dict) -> tuple[list[int], list[int]]:
     return list(input_ids), [0] * len(input_ids)
 
 
-def _load_tokenizer(name: str, revision: str | None = None):
+def _load_tokenizer(name: str, revision: str | None = None, chat_template_path: str | None = None):
     """The tokenizer as recipes/sft.py loads it, and its training chat template."""
-    from transformers import AutoTokenizer
-
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), revision=revision)
+    tokenizer = load_tokenizer(resolve_model(name), revision, chat_template_path)
     return tokenizer, training_chat_template(tokenizer)
 
 
@@ -230,7 +228,8 @@ def prepare_command(argv: list[str]) -> int:
             (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_SFT_CONFIG,
             ["--config", args.config, *overrides, "--use_cpu", "true", "--bf16", "false", "--fp16", "false",
              "--report_to", "none"])
-        tokenizer, _ = _load_tokenizer(model_args.model_name_or_path, model_args.model_revision)
+        tokenizer, _ = _load_tokenizer(model_args.model_name_or_path, model_args.model_revision,
+                                       training_args.chat_template_path)
         prepared = prepare_corpus(corpus_args, tokenizer, training_args.max_length,
                                   args.num_proc or training_args.dataset_num_proc)
     except UserError as err:
@@ -264,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model_name_or_path", default=DEFAULT_MODEL, help="tokenizer and chat template to use")
+    common.add_argument("--chat_template_path", default=None, help="a .jinja chat template used instead of the "
+                        "model's (the SFT config's chat_template_path)")
     common.add_argument("--format", default="auto", choices=FORMATS)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     inspect = commands.add_parser("inspect", parents=[common], help="validate and measure corpora")
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         return decontaminate_command(args)
     try:
         if args.command == "render" or not args.no_tokens:
-            args.tokenizer = _load_tokenizer(args.model_name_or_path)
+            args.tokenizer = _load_tokenizer(args.model_name_or_path, chat_template_path=args.chat_template_path)
         if args.command == "render":
             return render(args)
         reports = [inspect_path(path, args) for path in args.paths]

@@ -107,3 +107,26 @@ def test_truncation_policies(tokenizer):
         fit_to_length(input_ids, mask, 10, "turns")
     whole = fit_to_length(input_ids, mask, len(input_ids), "drop")
     assert not whole.truncated and whole.input_ids == input_ids
+
+
+def test_chat_template_path_gives_a_model_without_a_training_twin_its_masks(tmp_path):
+    """Llama 3.1 has no training twin in TRL: refused, until the config's chat_template_path (a .jinja file) names a
+    template with {% generation %} markers, which the corpus is then rendered with (as TRL sets it at the trainer's
+    start); anything but a .jinja file is one clear line."""
+    from chat_corpus.masking import load_tokenizer
+    from common.errors import ConfigError
+    from common.model_families import trl_template_dir
+    from modeling.tiny_model import resolve_model
+
+    llama = resolve_model("builtin:tiny-llama3_1")
+    with pytest.raises(ConfigError, match="set `chat_template_path`"):
+        training_chat_template(load_tokenizer(llama))
+    marked = (trl_template_dir() / "qwen3_training.jinja").read_text()
+    path = tmp_path / "marked.jinja"
+    path.write_text(marked)
+    tokenizer = load_tokenizer(llama, chat_template_path=str(path))
+    assert training_chat_template(tokenizer) == marked
+    with pytest.raises(ConfigError, match=r"chat_template_path: '.*marked.txt' is not a \.jinja file"):
+        load_tokenizer(llama, chat_template_path=str(tmp_path / "marked.txt"))
+    with pytest.raises(ConfigError, match="chat_template_path: cannot read"):
+        load_tokenizer(llama, chat_template_path=str(tmp_path / "none.jinja"))
