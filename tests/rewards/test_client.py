@@ -199,3 +199,20 @@ def test_the_policys_family_or_none(tokenizer):
         chat_template = "{{ messages }}"
 
     assert policy_family(Unknown) is None
+
+
+@pytest.mark.parametrize("key", FAMILIES)
+def test_the_server_on_a_completion_nobody_split(key, reward_server):
+    """terminus_judge as NeMo Gym's: reasoning left in the message text is cut at the last `</think>`, so `<think>`
+    families score their action; harmony text is not JSON (model_output_invalid), as in NeMo Gym, where gpt-oss's
+    reasoning arrives split by vLLM's Responses API; here the client splits it (above)."""
+    import httpx
+
+    family = FAMILIES[key]
+    for opened in (False, True):
+        text = with_reasoning(family, json.dumps(ACTION), "thought {x}", opened_in_prompt=opened)
+        out = httpx.post(f"{reward_server}/verify", json=dict(PIVOT, response=make_response(text)), timeout=30).json()
+        if family.reasoning_format == "harmony_channels":
+            assert (out["reward"], out["failure_reason"]) == (0.0, "model_output_invalid")
+        else:
+            assert (out["reward"], out["failure_reason"]) == (1.0, "none"), text
