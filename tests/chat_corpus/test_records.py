@@ -135,7 +135,8 @@ def test_a_terminus_action_after_reasoning_left_in_the_content_is_the_action():
     the close when the template opened it): the assistant turn is the JSON action alone."""
     from chat_corpus.harbor_trajectory import trajectory_to_chat
 
-    action = {"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.1}], "task_complete": False}
+    action = {"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.1}],
+              "task_complete": False}
     for raw in (f"<think>\nlook {{first}}\n</think>\n\n{json.dumps(action)}", f"look</think>\n{json.dumps(action)}"):
         chat = trajectory_to_chat({"agent": {"name": "terminus-2"}, "steps": [
             {"source": "user", "message": "Task"},

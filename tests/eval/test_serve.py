@@ -155,7 +155,8 @@ def test_tools_and_tool_turns_render_as_the_template_renders_a_trained_conversat
     from common.bash_harness import BASH_TOOL
 
     plain = chat(tool_served, chat_template_kwargs={}, max_tokens=1).json()["usage"]["prompt_tokens"]
-    with_tools = chat(tool_served, chat_template_kwargs={}, max_tokens=1, tools=[BASH_TOOL]).json()["usage"]["prompt_tokens"]
+    with_tools = chat(tool_served, chat_template_kwargs={}, max_tokens=1,
+                      tools=[BASH_TOOL]).json()["usage"]["prompt_tokens"]
     assert with_tools == prompt_tokens(tokenizer, CHAT, tools=[BASH_TOOL]) > plain == prompt_tokens(tokenizer, CHAT)
     # the OpenAI-style JSON-string arguments are read back into the object a trained conversation renders
     as_objects = [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(
