@@ -34,6 +34,8 @@ def _observation_text(step: dict) -> str:
 
 def _terminus_action(step: dict) -> str:
     message = _text(step.get("message")).strip()
+    if "</think>" in message:  # reasoning a server left in the content: the action is what follows (as NeMo Gym's)
+        message = message.rsplit("</think>", 1)[1].strip()
     if message.startswith(("{", "<response>")):  # raw model output kept (trajectory_config raw_content)
         return message
     match = _ANALYSIS_PLAN.match(message)

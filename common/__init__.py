@@ -1,8 +1,9 @@
 """Helpers the training-venv packages share (trainers/, rewards/, episodes/, eval/): errors, ports, checkpoints, asgi.
-Runs in: the training venv (.venv, Python >= 3.11); bash_harness.py, digest.py, cache_dir.py, model_families.py:
-standard library only.
+Runs in: the training venv (.venv, Python >= 3.11); bash_harness.py, digest.py, cache_dir.py, model_families.py,
+reasoning.py: standard library only.
 
 Not imported by sandbox/ (standard library only). `bash_harness.py` is shared with the Harbor venv: the bash-tool
 harness that the agentic trainer and harbor_plugins/bash_tool_agent.py must speak alike. `model_families.py` is the
-one table of model families (templates, tool-call formats, parsers, training support) that serving reads.
+one table of model families (templates, tool-call and reasoning formats, parsers, training support) that serving
+reads; `reasoning.py` splits a family's reasoning from its answer.
 """

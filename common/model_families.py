@@ -27,6 +27,10 @@ LLAMA3_JSON = "llama3_json"   # {"name": ..., "parameters": {...}}, a bare JSON 
 HARMONY = "harmony"           # gpt-oss: ... to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>
 GLM45_XML = "glm45_xml"       # <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>
 
+# what a family's reasoning looks like in generated text (common/reasoning.py splits it as the vLLM parser does)
+THINK_TAGS = "think_tags"     # <think>REASONING</think>ANSWER; the template may put <think> in the prompt
+HARMONY_CHANNELS = "harmony_channels"  # gpt-oss: <|channel|>analysis<|message|>REASONING<|end|>...final<|message|>
+
 
 class UnknownFamily(ConfigError):
     """A model whose family the table cannot tell: refused at start, never served or trained with a guessed parser."""
@@ -41,6 +45,7 @@ class ModelFamily:
     tool_call_format: str             # one of the formats above
     vllm_tool_call_parser: str | None      # `vllm serve --tool-call-parser`, None: refused on vLLM
     vllm_reasoning_parser: str | None      # `vllm serve --reasoning-parser`, None: none passed
+    reasoning_format: str | None = None    # THINK_TAGS, HARMONY_CHANNELS; None: the family writes no reasoning
     templates_without_tools: tuple[str, ...] = ()  # templates of the family that render no tool calls
     # TRL 1.16 has a training twin with {% generation %} markers for each template (SFT's assistant-only loss)
     sft_masking: bool = True
@@ -59,6 +64,7 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("qwen3", "qwen3_instruct_2507"), tool_call_format=HERMES_JSON,
         vllm_tool_call_parser="hermes",   # vllm/tool_parsers/__init__.py: "hermes" -> hermes_tool_parser
         vllm_reasoning_parser="qwen3",    # vllm/reasoning/__init__.py: "qwen3" -> qwen3(_engine)_reasoning_parser
+        reasoning_format=THINK_TAGS,
         notes="qwen3_moe is not a model_type fallback: Qwen3-Coder (XML calls) shares it; its template decides"),
     ModelFamily(
         key="qwen3_5", architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
@@ -66,6 +72,7 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("qwen3_5_think", "qwen3_5_nothink", "qwen3_6", "qwen3_8"), tool_call_format=QWEN3_XML,
         vllm_tool_call_parser="qwen3_coder",  # vllm/tool_parsers/__init__.py: "qwen3_coder" (qwen3coder / engine)
         vllm_reasoning_parser="qwen3",        # vllm/reasoning/__init__.py: "qwen3"
+        reasoning_format=THINK_TAGS,
         packing="hybrid: Gated DeltaNet layers (flash-linear-attention and causal-conv1d take the boundaries)",
         notes="Qwen3.5, Qwen3.6 and Qwen3.8 share the XML tool calls"),
     ModelFamily(
@@ -73,6 +80,7 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("nemotron_3_nano",), tool_call_format=QWEN3_XML,
         vllm_tool_call_parser="qwen3_coder",  # vllm/tool_parsers/__init__.py: "qwen3_coder" (the same XML as Qwen3.5)
         vllm_reasoning_parser="nemotron_v3",  # vllm/reasoning/__init__.py: "nemotron_v3" (nemotron_v3 parser)
+        reasoning_format=THINK_TAGS,
         packing="hybrid: Mamba-2 layers",
         notes="nemotron_h is not a model_type fallback: older Nemotron-H checkpoints share it with other formats"),
     ModelFamily(
@@ -89,12 +97,14 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("gptoss",), tool_call_format=HARMONY,
         vllm_tool_call_parser="openai",         # vllm/tool_parsers/__init__.py: "openai" (openai / gptoss parser)
         vllm_reasoning_parser="openai_gptoss",  # vllm/reasoning/__init__.py: "openai_gptoss" (gptoss parser)
+        reasoning_format=HARMONY_CHANNELS,
         notes="the CPU server does not parse harmony: serve gpt-oss with vLLM"),
     ModelFamily(
         key="glm4moe", architectures=("Glm4MoeForCausalLM",), model_types=(),
         templates=("glm4moe",), tool_call_format=GLM45_XML,
         vllm_tool_call_parser="glm45",   # vllm/tool_parsers/__init__.py: "glm45" -> glm4_moe (<0.24) / glm47_moe parser
         vllm_reasoning_parser="glm45",   # vllm/reasoning/__init__.py: "glm45"
+        reasoning_format=THINK_TAGS,
         notes="glm4_moe is not a model_type fallback: GLM-4.7 shares it with another call layout (vLLM's glm47)"),
 )}
 

@@ -3,10 +3,10 @@ Runs in: its own process, in the training venv (torch, Transformers, FastAPI, uv
 
     python -m eval.cpu_server --checkpoint builtin:tiny-qwen3 --served_model_name tiny-qwen3 --port 8000
 
-`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, one request at a time, tool calls as the vLLM parser
-of the model's family returns them (eval/tool_calls.py; the family from common/model_families.py, or
-`--model_family`); a family it cannot tell or parse is refused at start. What it refuses and how it renders tools:
-docs/evaluation.md#serving-a-checkpoint-evalservepy.
+`GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, one request at a time, reasoning (`reasoning_content`)
+and tool calls as the vLLM parsers of the model's family return them (eval/tool_calls.py; the family from
+common/model_families.py, or `--model_family`); a family it cannot tell or parse is refused at start. What it
+refuses and how it renders tools: docs/evaluation.md#serving-a-checkpoint-evalservepy; reasoning: docs/models.md.
 """
 
 import argparse
@@ -21,7 +21,7 @@ from common.errors import RequestError, UserError
 from common.model_families import FAMILIES, family_of
 from eval.openai_api import chat_completion, message_text, model_list, request_tools
 from eval.openai_api import create_app as create_openai_app
-from eval.tool_calls import parse_hermes_json, parser_for
+from eval.tool_calls import parse_answer, parse_hermes_json, parser_for
 from modeling.tiny_model import resolve_model as resolve_checkpoint
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
@@ -205,6 +205,7 @@ class Generator:
             "seed": seed,
             "parse_tools": bool(tools) and body.get("tool_choice") != "none",
             "tools": tools,
+            "enable_thinking": template_kwargs.get("enable_thinking"),
         }
 
     def generate(self, req: dict) -> dict:
@@ -231,16 +232,17 @@ class Generator:
         if new and new[-1] in stop_ids:
             finish = "stop"
         text_ids = new[:-1] if finish == "stop" else new
-        # with tools, the special tokens stay (<tool_call> is one), as vLLM's tool parsers have it decode
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=not req["parse_tools"])
+        # with tools, the special tokens stay (<tool_call> is one), as vLLM's tool parsers have it decode; so do
+        # they for a family whose reasoning is marked (a tokenizer may make <think> special, harmony's markers are)
+        keep = req["parse_tools"] or self.family.vllm_reasoning_parser is not None
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=not keep)
         hits = [i for i in (text.find(s) for s in req["stop"]) if i >= 0]
         if hits:
             text, finish = text[:min(hits)], "stop"
-        calls = []
-        if req["parse_tools"]:
-            text, calls = self.parse_tool_calls(text, req["tools"])
+        reasoning, text, calls = parse_answer(self.family, text, req["tools"], req["parse_tools"],
+                                              req["enable_thinking"])
         return chat_completion(self.served_model_name, text, "tool_calls" if calls else finish,
-                               len(req["prompt_ids"]), len(new), tool_calls=calls)
+                               len(req["prompt_ids"]), len(new), tool_calls=calls, reasoning_content=reasoning)
 
 
 def create_app(generator: Generator):

@@ -68,10 +68,12 @@ def tool_call(name: str, arguments: dict, call_id: str | None = None) -> dict:
 
 
 def chat_completion(model: str, text: str | None, finish_reason: str, prompt_tokens: int, completion_tokens: int,
-                    tool_calls: list[dict] | None = None) -> dict:
+                    tool_calls: list[dict] | None = None, reasoning_content: str | None = None) -> dict:
     """A non-streaming chat completion with one assistant choice (with `tool_calls` when given: finish_reason
-    "tool_calls", and content the text around them, None when there is none)."""
+    "tool_calls", and content the text around them, None when there is none; `reasoning_content` when given)."""
     message = {"role": "assistant", "content": text}
+    if reasoning_content is not None:
+        message["reasoning_content"] = reasoning_content
     if tool_calls:
         message["tool_calls"] = tool_calls
     return {

@@ -4,6 +4,7 @@ Runs in: the training venv (standard library only), in eval/cpu_server.py's proc
 Each follows the vLLM parser the table names for its format (common/model_families.py): `hermes_json` as vLLM's
 `hermes`, `qwen3_xml` as `qwen3_coder` (values typed by the request's tool schema), `llama3_json` as `llama3_json`,
 `glm45_xml` as `glm45`. A format with no parser here (gpt-oss's harmony) is refused when the server starts.
+`parse_answer`: the reasoning split off first (common/reasoning.py), then the calls read from the content, as vLLM.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from common.errors import ConfigError
 from common.model_families import GLM45_XML, HERMES_JSON, LLAMA3_JSON, QWEN3_XML, ModelFamily
+from common.reasoning import split_reasoning
 from eval.openai_api import tool_call
 
 Parsed = tuple[str | None, list[dict]]
@@ -195,3 +197,15 @@ def parser_for(family: ModelFamily) -> Callable[[str, list[dict] | None], Parsed
         raise ConfigError(f"the CPU server cannot parse {family.key}'s tool calls ({family.tool_call_format} has no "
                           f"parser in eval/tool_calls.py); serve this model with vLLM (--backend vllm)")
     return TOOL_CALL_PARSERS[family.tool_call_format]
+
+
+def parse_answer(family: ModelFamily, text: str, tools: list[dict] | None = None, parse_tools: bool = False,
+                 enable_thinking: bool | None = None) -> tuple[str | None, str | None, list[dict]]:
+    """(reasoning, content, OpenAI tool calls) of one generated answer, as vLLM serving `family` with its reasoning
+    and tool-call parsers answers: the reasoning split off first, the calls then read from the content only (none
+    when the reasoning left no content, or when `parse_tools` is off)."""
+    reasoning, content = split_reasoning(family, text, enable_thinking)
+    calls: list[dict] = []
+    if parse_tools and content is not None:
+        content, calls = parser_for(family)(content, tools)
+    return reasoning, content, calls

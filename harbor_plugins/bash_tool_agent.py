@@ -88,6 +88,15 @@ def served_name(model_name: str) -> str:
     return model_name
 
 
+def reasoning_of(message: dict) -> str | None:
+    """A chat completion message's reasoning: `reasoning_content` (our CPU server, Harbor's LiteLLM) or `reasoning`
+    (vLLM's newer field); None when there is none."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(message.get(key), str) and message[key]:
+            return message[key]
+    return None
+
+
 def _arguments(call: dict) -> tuple[dict | None, str | None]:
     """A tool call's arguments (OpenAI: a JSON string; some servers send the object) and the error if unreadable."""
     raw = (call.get("function") or {}).get("arguments")
@@ -146,7 +155,7 @@ class BashToolAgent(BaseAgent):
                     calls = [{**call, "id": call.get("id") or f"call_{turn}_{i}"}
                              for i, call in enumerate(message.get("tool_calls") or []) if isinstance(call, dict)]
                     step = Step(step_id=len(steps) + 1, timestamp=_now(), source="agent", message=content,
-                                model_name=self._model, reasoning_content=message.get("reasoning_content") or None,
+                                model_name=self._model, reasoning_content=reasoning_of(message),
                                 metrics=Metrics(prompt_tokens=tokens[0], completion_tokens=tokens[1]))
                     steps.append(step)
                     if not calls:

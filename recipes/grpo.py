@@ -21,7 +21,7 @@ from chat_corpus.grpo_prompts import build_grpo_prompts
 from chat_corpus.sft_corpus import CorpusArguments
 from common.checkpoints import last_complete_checkpoint
 from modeling.tiny_model import resolve_model
-from rewards.client import RewardArguments, RewardClient, make_reward_function
+from rewards.client import RewardArguments, RewardClient, make_reward_function, policy_family
 from rewards.local import local_reward_server
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
@@ -50,7 +50,8 @@ def main():
         training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                            "attn_implementation": model_args.attn_implementation,
                                            **(training_args.model_init_kwargs or {})}
-        trainer = GRPOTrainer(model=model_path, reward_funcs=[make_reward_function(client)], args=training_args,
+        reward = make_reward_function(client, policy_family(tokenizer))  # the policy's reasoning as its own item
+        trainer = GRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
                               train_dataset=prompts.train, eval_dataset=prompts.eval, processing_class=tokenizer,
                               peft_config=get_peft_config(model_args),
                               callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)

@@ -3,7 +3,8 @@ Runs in: the trainer's process (the training venv: httpx); the URL is ours (rewa
 
 A sample the server masks or that fails for good is returned as None (kept out of the advantage), never 0; so is
 a reward that is not a finite JSON number. Retries, round-robin over URLs, which timeout wins and the stop after
-`max_consecutive_failures`: docs/grpo.md.
+`max_consecutive_failures`: docs/grpo.md. A completion's reasoning goes as a `reasoning` output item beside the
+answer's `message`, as NeMo Gym's converter splits it for the policy's family (common/reasoning.py, docs/models.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 import httpx
 
 from common.errors import UserError
+from common.model_families import ModelFamily, UnknownFamily, family_of
+from common.reasoning import reasoning_blocks
 from rewards import HEALTH, TOKEN_ENV, VERIFY
 from rewards.protocol import make_response
 
@@ -151,8 +154,8 @@ class RewardClient:
         budget = _finite(budget)
         return (budget if budget is not None and budget > 0 else None), judged
 
-    async def verify(self, row: dict, text: str) -> VerifyOutcome:
-        body = dict(row, response=make_response(text))
+    async def verify(self, row: dict, text: str, reasoning: list[str] | None = None) -> VerifyOutcome:
+        body = dict(row, response=make_response(text, reasoning=reasoning))
         error = ""
         url = self._pick_url()
         for attempt in range(self.config.retries + 1):
@@ -233,12 +236,41 @@ def completion_text(completion) -> str:
     return "\n".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
 
-def make_reward_function(client: RewardClient):
-    """An async TRL reward function; the dataset's `row` column holds each NeMo Gym row as a JSON string."""
+def completion_parts(completion, family: ModelFamily | None = None) -> tuple[list[str], str]:
+    """(reasoning blocks, answer) of a TRL completion: a message's own reasoning field (a response schema's parse)
+    and the blocks its family marks in the text (common/reasoning.py); no family: no blocks, the text as it is."""
+    blocks: list[str] = []
+    if not isinstance(completion, str):
+        for message in completion:
+            for key in ("reasoning_content", "reasoning", "thinking"):
+                if message.get("role") == "assistant" and isinstance(message.get(key), str) and message[key]:
+                    blocks.append(message[key])
+    text = completion_text(completion)
+    if family is None:
+        return blocks, text
+    marked, answer = reasoning_blocks(family, text)
+    return blocks + marked, answer
+
+
+def policy_family(tokenizer) -> ModelFamily | None:
+    """The family of the policy's tokenizer (its chat template), None when the table cannot tell it: its
+    completions then go to the server as they are (NeMo Gym's servers strip `</think>` themselves)."""
+    try:
+        return family_of(tokenizer)
+    except UnknownFamily:
+        return None
+
+
+def make_reward_function(client: RewardClient, family: ModelFamily | None = None):
+    """An async TRL reward function; the dataset's `row` column holds each NeMo Gym row as a JSON string; `family`:
+    the policy's, whose reasoning goes as a reasoning item, apart from the answer."""
+
+    async def verify(row: str, completion) -> VerifyOutcome:
+        blocks, answer = completion_parts(completion, family)
+        return await client.verify(json.loads(row), answer, blocks)
 
     async def nemo_gym_verify(prompts, completions, row, log_metric=None, log_extra=None, **kwargs):
-        outcomes = await asyncio.gather(*(client.verify(json.loads(r), completion_text(c))
-                                          for r, c in zip(row, completions)))
+        outcomes = await asyncio.gather(*(verify(r, c) for r, c in zip(row, completions)))
         if log_metric is not None:
             statuses = Counter(outcome.status for outcome in outcomes)
             for status in ("ok", "masked", "failed"):

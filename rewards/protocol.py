@@ -156,15 +156,17 @@ def strip_thinking(text: str) -> str:
 # ---- the client side ------------------------------------------------------------------------------------------
 
 
-def make_response(text: str, model: str = "policy", reasoning: str | None = None,
+def make_response(text: str, model: str = "policy", reasoning: str | list[str] | None = None,
                   response_id: str | None = None) -> dict:
     """A completed OpenAI Responses object holding one assistant message with `text` (and, when given, a reasoning
-    item before it), in the shape NeMo Gym's `NeMoGymResponse` validates: what a policy server returns for one turn."""
+    item before it: one summary text per block, as NeMo Gym's converter writes it), in the shape NeMo Gym's
+    `NeMoGymResponse` validates: what a policy server returns for one turn."""
     rid = response_id or f"resp_{uuid_lib.uuid4().hex}"
     output: list[dict] = []
-    if reasoning is not None:
-        output.append({"type": "reasoning", "id": f"rs_{uuid_lib.uuid4().hex}",
-                       "summary": [{"type": "summary_text", "text": reasoning}]})
+    blocks = [reasoning] if isinstance(reasoning, str) else list(reasoning or [])
+    if blocks:
+        output.append({"type": "reasoning", "id": f"rs_{uuid_lib.uuid4().hex}", "status": "completed",
+                       "summary": [{"type": "summary_text", "text": block} for block in blocks]})
     output.append({"type": "message", "id": f"msg_{uuid_lib.uuid4().hex}", "role": "assistant", "status": "completed",
                    "content": [{"type": "output_text", "text": text, "annotations": []}]})
     return {

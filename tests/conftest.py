@@ -206,3 +206,16 @@ def debian_image(name: str, dockerfile: Path | None = None) -> Path:
         return build_debian_image(tar, dockerfile)
     except EnvironmentBuildError as err:
         pytest.skip(f"mmdebstrap could not build a Debian image (a Debian mirror is needed): {str(err)[-500:]}")
+
+
+def with_reasoning(family, answer: str, reasoning: str = "The file is small; list it first.",
+                   opened_in_prompt: bool = False) -> str:
+    """What a family's model generates when it reasons before `answer` (special tokens kept): a `<think>` block
+    (only its close when the template opened it in the prompt), gpt-oss's harmony analysis then final messages;
+    a family without reasoning writes the answer alone."""
+    if family.reasoning_format == "think_tags":
+        return f"{'' if opened_in_prompt else '<think>'}\n{reasoning}\n</think>\n\n{answer}"
+    if family.reasoning_format == "harmony_channels":
+        return (f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant"
+                + (answer if answer.startswith(("<|channel|>", " to=")) else f"<|channel|>final<|message|>{answer}"))
+    return answer

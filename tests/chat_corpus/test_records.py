@@ -128,3 +128,18 @@ def test_harbor_terminus_trajectory_becomes_terminus_chat():
             parsed = json.loads(action["content"])
             assert {"analysis", "plan", "commands"} <= set(parsed)
         assert record["group"] == record["origin"].split("/")[-3].split("__")[0]
+
+
+def test_a_terminus_action_after_reasoning_left_in_the_content_is_the_action():
+    """A raw Terminus-2 message whose server split no reasoning off (`<think>...</think>` before the JSON, or only
+    the close when the template opened it): the assistant turn is the JSON action alone."""
+    from chat_corpus.harbor_trajectory import trajectory_to_chat
+
+    action = {"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.1}],
+              "task_complete": False}
+    for raw in (f"<think>\nlook {{first}}\n</think>\n\n{json.dumps(action)}", f"look</think>\n{json.dumps(action)}"):
+        chat = trajectory_to_chat({"agent": {"name": "terminus-2"}, "steps": [
+            {"source": "user", "message": "Task"},
+            {"source": "agent", "message": raw, "tool_calls": [
+                {"tool_call_id": "c", "function_name": "bash_command", "arguments": {"keystrokes": "ls\n"}}]}]})
+        assert [json.loads(m["content"]) for m in chat["messages"] if m["role"] == "assistant"] == [action]

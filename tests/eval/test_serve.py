@@ -32,8 +32,19 @@ def served(tiny_model_path):
 
 
 def chat(served, **body):
-    body = {"model": served.model, "messages": CHAT, **body}
+    """A chat request; thinking off unless the body says otherwise (the untrained model never closes a <think>,
+    so with thinking on its whole answer is reasoning, as vLLM's qwen3 parser has it)."""
+    body = {"model": served.model, "messages": CHAT, "chat_template_kwargs": {"enable_thinking": False}, **body}
     return httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=60)
+
+
+def test_an_answer_with_thinking_on_is_reasoning_until_it_closes_as_vllm_has_it(served):
+    """vLLM's qwen3 reasoning parser: thinking on (the default) and no </think> is an answer cut short while
+    reasoning: `reasoning_content`, no content; thinking off, the same kind of answer is all content."""
+    on = chat(served, temperature=0, max_tokens=7, chat_template_kwargs={}).json()["choices"][0]["message"]
+    assert on["content"] is None and isinstance(on["reasoning_content"], str) and on["reasoning_content"]
+    off = chat(served, temperature=0, max_tokens=7).json()["choices"][0]["message"]
+    assert isinstance(off["content"], str) and "reasoning_content" not in off
 
 
 def test_health_and_models(served):
@@ -143,8 +154,9 @@ def prompt_tokens(tokenizer, messages, **template_kwargs) -> int:
 def test_tools_and_tool_turns_render_as_the_template_renders_a_trained_conversation(tool_served, tokenizer):
     from common.bash_harness import BASH_TOOL
 
-    plain = chat(tool_served, max_tokens=1).json()["usage"]["prompt_tokens"]
-    with_tools = chat(tool_served, max_tokens=1, tools=[BASH_TOOL]).json()["usage"]["prompt_tokens"]
+    plain = chat(tool_served, chat_template_kwargs={}, max_tokens=1).json()["usage"]["prompt_tokens"]
+    with_tools = chat(tool_served, chat_template_kwargs={}, max_tokens=1,
+                      tools=[BASH_TOOL]).json()["usage"]["prompt_tokens"]
     assert with_tools == prompt_tokens(tokenizer, CHAT, tools=[BASH_TOOL]) > plain == prompt_tokens(tokenizer, CHAT)
     # the OpenAI-style JSON-string arguments are read back into the object a trained conversation renders
     as_objects = [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(
@@ -152,7 +164,7 @@ def test_tools_and_tool_turns_render_as_the_template_renders_a_trained_conversat
     rendered = tokenizer.apply_chat_template(as_objects, tools=[BASH_TOOL], tokenize=False, add_generation_prompt=True)
     assert '"arguments": {"command": "wc -l < /app/a.txt"}}' in rendered and "<tool_response>\n12\n" in rendered
     for messages in (TOOL_CHAT, as_objects):
-        response = chat(tool_served, messages=messages, tools=[BASH_TOOL], max_tokens=1)
+        response = chat(tool_served, chat_template_kwargs={}, messages=messages, tools=[BASH_TOOL], max_tokens=1)
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["prompt_tokens"] == prompt_tokens(tokenizer, as_objects, tools=[BASH_TOOL])
 

@@ -1,15 +1,20 @@
 """eval/tool_calls.py: for each family, an assistant turn with a bash tool call rendered by the family's real TRL
 template is parsed back by the CPU-server parser the family table picks, command and all; each parser's edges as
-the vLLM parser it follows has them; a format with no CPU parser is refused in one line."""
+the vLLM parser it follows has them; a format with no CPU parser is refused in one line. With a reasoning block
+before it, the CPU server's parse gives the reasoning apart and the call from the content, the bash-tool agent runs
+the command of that message, and Harbor's Terminus-2 parser reads a JSON action after reasoning, split or not."""
 
 import json
 import os
+import subprocess
 
 import pytest
+from conftest import REPO, with_reasoning
 
 from common.errors import ConfigError
 from common.model_families import FAMILIES, trl_template_dir
-from eval.tool_calls import parse_glm45_xml, parse_llama3_json, parse_qwen3_xml, parser_for
+from common.reasoning import split_reasoning
+from eval.tool_calls import parse_answer, parse_glm45_xml, parse_llama3_json, parse_qwen3_xml, parser_for
 
 TEMPLATES = [(fam.key, name) for fam in FAMILIES.values() for name in fam.templates
              if name not in fam.templates_without_tools]
@@ -19,6 +24,8 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a
           "parameters": {"type": "object", "properties": {"command": {"type": "string"},
                                                           "timeout": {"type": "integer"}},
                          "required": ["command"]}}}]
+HARBOR_PYTHON = REPO / ".venv-harbor" / "bin" / "python"
+THOUGHT = "I should look for TODO markers; grep is enough."
 STOPS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|user|>", "<|observation|>")  # end-of-turn, cut by the server
 
 
@@ -115,3 +122,82 @@ def test_glm45_as_vllms_glm45():
     assert call_args(parse_glm45_xml(block.replace("ls {a,b}", "[1, 2]"))) == [{"command": [1, 2], "timeout": 30}]
     for text in ("no call", "<tool_call>bash</tool_call>"):
         assert parse_glm45_xml(text, TOOLS) == (text, [])
+
+
+# ------------------------------------------------------------------ reasoning before the call (issue 21, c and d)
+
+def harbor_probe(mode: str, items: list) -> list[dict]:
+    """tests/harbor_probe.py in the Harbor venv (skipped where it is missing)."""
+    if not HARBOR_PYTHON.exists():
+        pytest.skip(f"{HARBOR_PYTHON} missing: `make test` creates it (bash eval/setup_harbor.sh)")
+    run = subprocess.run([str(HARBOR_PYTHON), str(REPO / "tests" / "harbor_probe.py"), str(REPO), mode],
+                         input=json.dumps(items), capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def reasoned_calls(own_tokenizer) -> dict[str, tuple]:
+    """name -> (family, the generated text: a reasoning block then the bash call, the CPU server's parse of it)."""
+    out = {}
+    for key, name in TEMPLATES:
+        family = FAMILIES[key]
+        text = with_reasoning(family, generated_turn(own_tokenizer, name, {"command": COMMAND}), THOUGHT)
+        parsed = None if family.tool_call_format == "harmony" else parse_answer(family, text, TOOLS, parse_tools=True)
+        out[name] = (family, text, parsed)
+    return out
+
+
+@pytest.mark.parametrize("key,name", TEMPLATES, ids=[name for _, name in TEMPLATES])
+def test_reasoning_then_the_call_parses_to_both_apart(key, name, reasoned_calls):
+    family, text, parsed = reasoned_calls[name]
+    if parsed is None:  # gpt-oss: the reasoning splits off its analysis channel; the call is vLLM's to parse
+        reasoning, content = split_reasoning(family, text)
+        assert reasoning == THOUGHT and content is None and "functions.bash" not in reasoning
+        with pytest.raises(ConfigError):
+            parser_for(family)
+        return
+    reasoning, content, [call] = parsed
+    assert json.loads(call["function"]["arguments"]) == {"command": COMMAND}
+    if family.reasoning_format is None:  # Llama 3.1 writes no reasoning: no split
+        assert reasoning is None
+        return
+    assert reasoning.strip() == THOUGHT and (content is None or THOUGHT not in content)
+    # the same text without reasoning parses to the same call
+    [bare] = parse_answer(family, text.split("</think>", 1)[1], TOOLS, parse_tools=True, enable_thinking=False)[2]
+    assert bare["function"] == call["function"]
+
+
+def test_the_bash_tool_agent_runs_the_command_of_each_familys_reasoned_call(reasoned_calls):
+    messages = {name: {"role": "assistant", "content": parsed[1], "tool_calls": parsed[2],
+                       **({"reasoning_content": parsed[0]} if parsed[0] is not None else {})}
+                for name, (_, _, parsed) in reasoned_calls.items() if parsed is not None}
+    # vLLM's newer field name for the same thing
+    messages["vllm-reasoning-field"] = {**messages["qwen3"], "reasoning": messages["qwen3"]["reasoning_content"]}
+    del messages["vllm-reasoning-field"]["reasoning_content"]
+    results = harbor_probe("agent", list(messages.values()))
+    for name, message, result in zip(messages, messages.values(), results):
+        assert result["commands"] == [COMMAND], name
+        assert result["reasoning"][1] == (message.get("reasoning_content") or message.get("reasoning")), name
+
+
+def test_harbors_terminus_2_parser_reads_the_action_after_reasoning_split_or_not():
+    action = {"analysis": "Look {first}.", "plan": "List.", "commands": [{"keystrokes": "ls -la\n", "duration": 0.1}],
+              "task_complete": False}
+    answer = json.dumps(action, indent=2)
+    texts = {"plain": answer}
+    for key, family in FAMILIES.items():
+        raw = with_reasoning(family, answer, "A {brace} in thought, then the JSON.")
+        texts[f"{key}: as generated"] = raw
+        texts[f"{key}: content after the split"] = split_reasoning(family, raw)[1]
+    # gpt-oss decoded without its special tokens (a server with no harmony split): the marker words stay
+    texts["gptoss: markers dropped"] = "analysisA thought, then the JSON.assistantfinal" + answer
+    results = dict(zip(texts, harbor_probe("terminus", list(texts.values()))))
+    for name, result in results.items():
+        assert result["keystrokes"] == ["ls -la\n"] and result["error"] == "", (name, result)
+    assert results["plain"]["warning"] == ""
+    for key, family in FAMILIES.items():  # the split leaves Harbor nothing to warn about
+        assert results[f"{key}: content after the split"]["warning"] == "", key
+        if family.reasoning_format is not None:  # unsplit, Harbor tolerates the reasoning with a warning
+            assert results[f"{key}: as generated"]["warning"], key

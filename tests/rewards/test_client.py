@@ -5,9 +5,18 @@ import asyncio
 import json
 
 import pytest
+from conftest import with_reasoning
 from servers import FlakyServer
 
-from rewards.client import RewardClient, RewardClientConfig, RewardServerUnavailable, make_reward_function
+from common.model_families import FAMILIES
+from rewards.client import (
+    RewardClient,
+    RewardClientConfig,
+    RewardServerUnavailable,
+    make_reward_function,
+    policy_family,
+)
+from rewards.protocol import make_response
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "task"}]}, "expected_answer": "{}",
        "metadata": {"harness": "terminus_2"}, "agent_ref": {"type": "responses_api_agents",
@@ -109,3 +118,101 @@ def test_reward_function_as_trl_calls_it(serve):
     assert metrics["reward_server/failure/judge_failed"] == pytest.approx(1 / 3)
     assert metrics["reward_server/similarity_score"] == 0.5
     assert extras["verify_status"] == ["ok", "masked", "failed"]
+
+
+# ------------------------------------------------------- a reasoning model's completion (issue 21, e)
+
+@pytest.fixture(scope="module")
+def reward_server():
+    from servers import ServerThread
+
+    from rewards.app import create_app
+    from rewards.config import load_config
+
+    with ServerThread(create_app(load_config(None, {}))) as url:  # terminus_judge: string similarity, no judge
+        yield url
+
+
+ACTION = {"analysis": "The log is there.", "plan": "Count its lines.",
+          "commands": [{"keystrokes": "wc -l < /app/input.log > /app/count.txt\n", "duration": 0.1}],
+          "task_complete": False}
+PIVOT = dict(ROW, expected_answer=json.dumps(ACTION))
+
+
+def verified(url: str, completion, family) -> tuple[list, dict, dict]:
+    """What the reward function sends for one TRL completion (its output items) and what the server answers."""
+    sent = []
+
+    class Recording(RewardClient):
+        async def verify(self, row, text, reasoning=None):
+            sent.append(make_response(text, reasoning=reasoning)["output"])
+            return await super().verify(row, text, reasoning)
+
+    reward = make_reward_function(Recording(RewardClientConfig(urls=[url], timeout=10)), family)
+    log = {}
+    [score] = asyncio.run(reward(prompts=[None], completions=[completion], row=[json.dumps(PIVOT)],
+                                 log_extra=lambda key, values: log.setdefault(key, values)))
+    return sent[0], {"reward": score, "failure": log["failure"][0]}, log
+
+
+@pytest.mark.parametrize("key", FAMILIES)
+@pytest.mark.parametrize("shape", ["conversational", "standard"])
+def test_the_verify_body_carries_reasoning_apart_and_scores_the_same_action(key, shape, reward_server):
+    family = FAMILIES[key]
+    answer = json.dumps(ACTION, indent=2)
+    text = with_reasoning(family, answer, "A thought with {braces} and </tool_call>.")
+    completion = [{"role": "assistant", "content": text}] if shape == "conversational" else text
+    output, outcome, _ = verified(reward_server, completion, family)
+    _, bare, _ = verified(reward_server, [{"role": "assistant", "content": answer}], family)
+    assert outcome == bare == {"reward": 1.0, "failure": ""}  # the same action as without reasoning
+    message = [item for item in output if item["type"] == "message"]
+    assert len(message) == 1 and json.loads(message[0]["content"][0]["text"]) == ACTION
+    reasoning = [item for item in output if item["type"] == "reasoning"]
+    if family.reasoning_format is None:
+        assert reasoning == []
+    else:  # before the message, one summary text, as NeMo Gym's converter writes it
+        assert output[0]["type"] == "reasoning" and [s["type"] for s in reasoning[0]["summary"]] == ["summary_text"]
+        assert reasoning[0]["summary"][0]["text"].strip() == "A thought with {braces} and </tool_call>."
+
+
+@pytest.mark.parametrize("key", [k for k, f in FAMILIES.items() if f.reasoning_format == "think_tags"])
+def test_a_block_opened_in_the_prompt_and_a_parsed_reasoning_field(key, reward_server):
+    family = FAMILIES[key]
+    answer = json.dumps(ACTION)
+    text = with_reasoning(family, answer, "thinking", opened_in_prompt=True)
+    output, outcome, _ = verified(reward_server, [{"role": "assistant", "content": text}], family)
+    assert outcome["reward"] == 1.0 and output[0]["summary"][0]["text"].strip() == "thinking"
+    assert json.loads(output[1]["content"][0]["text"]) == ACTION
+    # a response schema's parse (TRL's parse_response) hands the reasoning as a field: it goes the same way
+    parsed = [{"role": "assistant", "content": answer, "reasoning_content": "thinking"}]
+    output, outcome, _ = verified(reward_server, parsed, family)
+    assert outcome["reward"] == 1.0 and output[0]["summary"][0]["text"] == "thinking"
+    # no family (one the table cannot tell): the text as it is; the server strips up to </think> itself
+    output, outcome, _ = verified(reward_server, [{"role": "assistant", "content": text}], None)
+    assert outcome["reward"] == 1.0 and [item["type"] for item in output] == ["message"]
+
+
+def test_the_policys_family_or_none(tokenizer):
+    assert policy_family(tokenizer).key == "qwen3"
+
+    class Unknown:
+        chat_template = "{{ messages }}"
+
+    assert policy_family(Unknown) is None
+
+
+@pytest.mark.parametrize("key", FAMILIES)
+def test_the_server_on_a_completion_nobody_split(key, reward_server):
+    """terminus_judge as NeMo Gym's: reasoning left in the message text is cut at the last `</think>`, so `<think>`
+    families score their action; harmony text is not JSON (model_output_invalid), as in NeMo Gym, where gpt-oss's
+    reasoning arrives split by vLLM's Responses API; here the client splits it (above)."""
+    import httpx
+
+    family = FAMILIES[key]
+    for opened in (False, True):
+        text = with_reasoning(family, json.dumps(ACTION), "thought {x}", opened_in_prompt=opened)
+        out = httpx.post(f"{reward_server}/verify", json=dict(PIVOT, response=make_response(text)), timeout=30).json()
+        if family.reasoning_format == "harmony_channels":
+            assert (out["reward"], out["failure_reason"]) == (0.0, "model_output_invalid")
+        else:
+            assert (out["reward"], out["failure_reason"]) == (1.0, "none"), text
