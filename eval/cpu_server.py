@@ -88,7 +88,7 @@ class Generator:
 
     def __init__(self, checkpoint: str, served_model_name: str, max_model_len: int | None = None,
                  max_new_tokens_cap: int = DEFAULT_MAX_NEW_TOKENS_CAP, device: str | None = None,
-                 model_family: str | None = None):
+                 model_family: str | None = None, reasoning: bool = False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -112,6 +112,7 @@ class Generator:
             raise RuntimeError(f"{path}: the tokenizer has no chat template; a chat checkpoint is needed")
         # the family's tool-call parser, or one line naming the `model_family` key / the missing parser
         self.family = family_of(self.tokenizer, self.model.config, model_family)
+        self.reasoning = reasoning and self.family.vllm_reasoning_parser is not None  # opt-in (eval/serve.py)
         self.parse_tool_calls = parser_for(self.family)
         self.served_model_name = served_model_name
         limit = getattr(self.model.config, "max_position_embeddings", None) or 2048
@@ -234,13 +235,13 @@ class Generator:
         text_ids = new[:-1] if finish == "stop" else new
         # with tools, the special tokens stay (<tool_call> is one), as vLLM's tool parsers have it decode; so do
         # they for a family whose reasoning is marked (a tokenizer may make <think> special, harmony's markers are)
-        keep = req["parse_tools"] or self.family.vllm_reasoning_parser is not None
+        keep = req["parse_tools"] or self.reasoning
         text = self.tokenizer.decode(text_ids, skip_special_tokens=not keep)
         hits = [i for i in (text.find(s) for s in req["stop"]) if i >= 0]
         if hits:
             text, finish = text[:min(hits)], "stop"
         reasoning, text, calls = parse_answer(self.family, text, req["tools"], req["parse_tools"],
-                                              req["enable_thinking"])
+                                              req["enable_thinking"], split_reasoning=self.reasoning)
         return chat_completion(self.served_model_name, text, "tool_calls" if calls else finish,
                                len(req["prompt_ids"]), len(new), tool_calls=calls, reasoning_content=reasoning)
 
@@ -277,6 +278,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="upper bound on generated tokens per request, whatever max_tokens says "
                              "(default: %(default)s)")
     parser.add_argument("--log_level", default="warning", help="uvicorn log level")
+    parser.add_argument("--reasoning", action="store_true",
+                        help="reasoning apart in reasoning_content, as vLLM's reasoning parser of the family returns "
+                             "it (off by default: the answer's text is all content)")
     parser.add_argument("--model_family", choices=list(FAMILIES), default=None,
                         help="the model's family (common/model_families.py), which picks the tool-call parser "
                              "(default: told from the chat template and config.model_type)")
@@ -289,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         generator = Generator(args.checkpoint, args.served_model_name, args.max_model_len, args.max_new_tokens_cap,
-                              model_family=args.model_family)
+                              model_family=args.model_family, reasoning=args.reasoning)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

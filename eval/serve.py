@@ -101,10 +101,12 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
-def vllm_parser_args(model_family: ModelFamily, extra_args: Sequence[str] = ()) -> list[str]:
-    """`--enable-auto-tool-choice --tool-call-parser P [--reasoning-parser R]` from the family table. A parser in
-    extra_args must be the family's own (it is then not repeated); any other is refused, one line: to serve with
-    another family's parsers, name that family (`--model_family`)."""
+def vllm_parser_args(model_family: ModelFamily, extra_args: Sequence[str] = (), reasoning: bool = False) -> list[str]:
+    """`--enable-auto-tool-choice --tool-call-parser P [--reasoning-parser R]` from the family table; R only with
+    `reasoning` (opt-in: a checkpoint trained without think blocks writes bare answers, which vLLM's qwen3 parser
+    reads as all reasoning, leaving Terminus-2 no content). A parser in extra_args must be the family's own (it is
+    then not repeated; the family's reasoning parser given there opts in too); any other is refused, one line: to
+    serve with another family's parsers, name that family (`--model_family`)."""
     if model_family.vllm_tool_call_parser is None:
         raise UserError(f"{model_family.key}: the family table names no vLLM --tool-call-parser confirmed for the "
                         f"pinned vLLM; none is guessed (docs/models.md)")
@@ -116,7 +118,7 @@ def vllm_parser_args(model_family: ModelFamily, extra_args: Sequence[str] = ()) 
             raise UserError(f"{flag} {theirs}: the {model_family.key} family is served with "
                             f"{ours or 'none'} (common/model_families.py); to use another family's parsers set "
                             f"`--{FAMILY_KEY}` to that family ({known_keys()})")
-        if theirs is None and ours is not None:
+        if theirs is None and ours is not None and (flag == "--tool-call-parser" or reasoning):
             args += [flag, ours]
     return args
 
@@ -160,7 +162,8 @@ def auto_tensor_parallel(checkpoint: str, n_gpus: int | None = None) -> int:
 
 def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
                  max_model_len: int | None = None, tensor_parallel_size: int | None = None,
-                 extra_args: Sequence[str] = (), model_family: ModelFamily | str | None = None) -> list[str]:
+                 extra_args: Sequence[str] = (), model_family: ModelFamily | str | None = None,
+                 reasoning: bool = False) -> list[str]:
     """The `vllm serve` command line for a (resolved) checkpoint directory or Hugging Face name.
 
     A PEFT adapter directory (adapter_config.json, no config.json) is served as LoRA on its base model, under
@@ -172,7 +175,7 @@ def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str =
     (auto_tensor_parallel)."""
     if not isinstance(model_family, ModelFamily):
         model_family = checkpoint_family(checkpoint, model_family)
-    parser_args = vllm_parser_args(model_family, extra_args)
+    parser_args = vllm_parser_args(model_family, extra_args, reasoning)
     exe = Path(sys.executable).parent / "vllm"
     command = [str(exe) if exe.exists() else "vllm", "serve"]
     adapter = Path(checkpoint) / "adapter_config.json"
@@ -194,11 +197,14 @@ def vllm_command(checkpoint: str, served_model_name: str, port: int, host: str =
 
 def cpu_server_args(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
                     max_model_len: int | None = None, max_new_tokens_cap: int | None = None,
-                    log_level: str | None = None, model_family: str | None = None) -> list[str]:
+                    log_level: str | None = None, model_family: str | None = None,
+                    reasoning: bool = False) -> list[str]:
     """The arguments of `python -m eval.cpu_server` (the cpu backend)."""
     args = ["--checkpoint", checkpoint, "--served_model_name", served_model_name, "--host", host, "--port", str(port)]
     if model_family:
         args += ["--model_family", model_family]
+    if reasoning:
+        args += ["--reasoning"]
     if max_model_len:
         args += ["--max_model_len", str(max_model_len)]
     if max_new_tokens_cap:
@@ -210,11 +216,11 @@ def cpu_server_args(checkpoint: str, served_model_name: str, port: int, host: st
 
 def cpu_command(checkpoint: str, served_model_name: str, port: int, host: str = "127.0.0.1",
                 max_model_len: int | None = None, max_new_tokens_cap: int | None = None,
-                model_family: str | None = None) -> list[str]:
+                model_family: str | None = None, reasoning: bool = False) -> list[str]:
     """The command line of the cpu backend's server process."""
     return [sys.executable, "-m", "eval.cpu_server",
             *cpu_server_args(checkpoint, served_model_name, port, host, max_model_len, max_new_tokens_cap,
-                             model_family=model_family)]
+                             model_family=model_family, reasoning=reasoning)]
 
 
 # ------------------------------------------------------------------------------------- serve_checkpoint
@@ -246,9 +252,11 @@ def serve_checkpoint(checkpoint: str, backend: str = "auto", port: int | None = 
                      max_new_tokens_cap: int | None = None, tensor_parallel_size: int | None = None,
                      extra_args: Sequence[str] = (), startup_timeout: float | None = None,
                      log_path: str | os.PathLike | None = None, env: dict | None = None,
-                     model_family: str | None = None) -> Iterator[ServedModel]:
+                     model_family: str | None = None, reasoning: bool = False) -> Iterator[ServedModel]:
     """Start an OpenAI-compatible server for `checkpoint`, wait for /health, yield a ServedModel, stop it. The
-    model's family (model_family, else told from the checkpoint) is settled first: UnknownFamily before any start."""
+    model's family (model_family, else told from the checkpoint) is settled first: UnknownFamily before any start.
+    `reasoning`: the family's reasoning split off the answer (vLLM's --reasoning-parser, the CPU server's
+    reasoning_content); off by default (vllm_parser_args says why)."""
     import httpx
 
     backend = choose_backend(backend)
@@ -257,13 +265,13 @@ def serve_checkpoint(checkpoint: str, backend: str = "auto", port: int | None = 
     served_family = checkpoint_family(resolve_checkpoint(checkpoint), model_family)
     if backend == "vllm":
         command = vllm_command(resolve_checkpoint(checkpoint), name, port, host, max_model_len,
-                               tensor_parallel_size, extra_args, served_family)
+                               tensor_parallel_size, extra_args, served_family, reasoning)
         if shutil.which(command[0]) is None:
             raise RuntimeError(f"backend 'vllm': {command[0]} not found; install vllm (pip install -e '.[gpu]') or "
                                f"use backend='cpu'")
     else:
         command = cpu_command(checkpoint, name, port, host, max_model_len, max_new_tokens_cap,
-                              model_family=served_family.key)
+                              model_family=served_family.key, reasoning=reasoning)
     timeout = startup_timeout if startup_timeout is not None else STARTUP_TIMEOUT[backend]
     temp_log = None
     if log_path is None:
@@ -326,6 +334,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="the model's family in common/model_families.py (docs/models.md), which picks the "
                              "tool-call and reasoning parsers (default: told from the chat template and "
                              "config.model_type; a model it cannot tell is refused)")
+    parser.add_argument("--reasoning", action="store_true",
+                        help="split the family's reasoning off the answer (vLLM's --reasoning-parser, the CPU "
+                             "server's reasoning_content); off by default: a checkpoint trained without think "
+                             "blocks would answer with no content (docs/models.md#reasoning)")
     args, extra = parser.parse_known_args(argv)
     if extra and choose_backend(args.backend) != "vllm":
         parser.error(f"unrecognized arguments: {' '.join(extra)} (extra arguments are passed to vllm only)")
@@ -344,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         served_family = checkpoint_family(resolve_checkpoint(args.checkpoint), args.model_family)
         if backend == "vllm":
             command = vllm_command(resolve_checkpoint(args.checkpoint), name, args.port, args.host,
-                                   args.max_model_len, args.tensor_parallel_size, args.vllm_args, served_family)
+                                   args.max_model_len, args.tensor_parallel_size, args.vllm_args, served_family,
+                                   args.reasoning)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -355,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         os.execvp(command[0], command)
     return cpu_server.main(cpu_server_args(args.checkpoint, name, args.port, args.host, args.max_model_len,
-                                           args.max_new_tokens_cap, args.log_level, served_family.key))
+                                           args.max_new_tokens_cap, args.log_level, served_family.key,
+                                           args.reasoning))
 
 
 if __name__ == "__main__":

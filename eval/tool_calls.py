@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from common.errors import ConfigError
 from common.model_families import GLM45_XML, HERMES_JSON, LLAMA3_JSON, QWEN3_XML, ModelFamily
-from common.reasoning import split_reasoning
+from common.reasoning import split_reasoning as reasoning_split
 from eval.openai_api import tool_call
 
 Parsed = tuple[str | None, list[dict]]
@@ -200,11 +200,13 @@ def parser_for(family: ModelFamily) -> Callable[[str, list[dict] | None], Parsed
 
 
 def parse_answer(family: ModelFamily, text: str, tools: list[dict] | None = None, parse_tools: bool = False,
-                 enable_thinking: bool | None = None) -> tuple[str | None, str | None, list[dict]]:
+                 enable_thinking: bool | None = None,
+                 split_reasoning: bool = True) -> tuple[str | None, str | None, list[dict]]:
     """(reasoning, content, OpenAI tool calls) of one generated answer, as vLLM serving `family` with its reasoning
-    and tool-call parsers answers: the reasoning split off first, the calls then read from the content only (none
-    when the reasoning left no content, or when `parse_tools` is off)."""
-    reasoning, content = split_reasoning(family, text, enable_thinking)
+    and tool-call parsers answers: the reasoning split off first (unless `split_reasoning` is off: vLLM with no
+    reasoning parser), the calls then read from the content only (none when the reasoning left no content, or when
+    `parse_tools` is off)."""
+    reasoning, content = (reasoning_split(family, text, enable_thinking) if split_reasoning else (None, text))
     calls: list[dict] = []
     if parse_tools and content is not None:
         content, calls = parser_for(family)(content, tools)

@@ -27,7 +27,7 @@ CHAT = [{"role": "system", "content": "You are a terminal agent."},
 @pytest.fixture(scope="module")
 def served(tiny_model_path):
     with serve_checkpoint("builtin:tiny-qwen3", backend="cpu", max_model_len=MAX_MODEL_LEN, max_new_tokens_cap=48,
-                          startup_timeout=120) as server:
+                          startup_timeout=120, reasoning=True) as server:
         yield server
 
 
@@ -270,7 +270,10 @@ def test_vllm_command(tmp_path):
     args = dict(zip(rest[::2], rest[1::2]))
     assert args == {"--served-model-name": "ckpt-step100", "--host": "127.0.0.1", "--port": "8123",
                     "--tensor-parallel-size": "2", "--generation-config": "auto", "--max-model-len": "65536",
-                    "--tool-call-parser": "hermes", "--reasoning-parser": "qwen3"}
+                    "--tool-call-parser": "hermes"}
+    # the reasoning parser is opt-in: a checkpoint trained without think blocks would answer with no content
+    assert parsers(vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family="qwen3", reasoning=True))[
+        "--reasoning-parser"] == ["qwen3"]
     assert "--max-model-len" not in vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family="qwen3")
     # a LoRA adapter is served on its base model under the served name
     (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen3-8B", "r": 64}')
@@ -288,10 +291,16 @@ def parsers(command: list[str]) -> dict:
 @pytest.mark.parametrize("key", list(FAMILIES))
 def test_vllm_gets_the_parsers_the_family_table_names_and_no_other(key):
     family = FAMILIES[key]
-    command = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key)
+    command = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key, reasoning=True)
     assert parsers(command) == {"--tool-call-parser": [family.vllm_tool_call_parser],
                                 "--reasoning-parser": [family.vllm_reasoning_parser] if family.vllm_reasoning_parser
                                 else []}
+    assert parsers(vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key))["--reasoning-parser"] == []
+    if family.vllm_reasoning_parser:  # the family's own reasoning parser among the extra arguments opts in
+        opted = vllm_command("/ckpt", "c", 1, tensor_parallel_size=1, model_family=key,
+                             extra_args=[f"--reasoning-parser={family.vllm_reasoning_parser}"])
+        assert opted[-1] == f"--reasoning-parser={family.vllm_reasoning_parser}" and parsers(opted)[
+            "--reasoning-parser"] == []
     assert command.count("--enable-auto-tool-choice") == 1
     # the family's own parser given again is taken once; any other is refused, naming the family key
     own = ["--tool-call-parser", family.vllm_tool_call_parser, "--max-num-seqs", "8"]
@@ -311,7 +320,7 @@ def test_qwen3_5_is_served_with_qwen3_coder_never_hermes(tmp_path):
     (tmp_path / "chat_template.jinja").write_text((trl_template_dir() / "qwen3_5_think.jinja").read_text())
     (tmp_path / "config.json").write_text('{"model_type": "qwen3_5", "num_attention_heads": 24}')
     command = vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1)
-    assert parsers(command) == {"--tool-call-parser": ["qwen3_coder"], "--reasoning-parser": ["qwen3"]}
+    assert parsers(command) == {"--tool-call-parser": ["qwen3_coder"], "--reasoning-parser": []}
     assert "hermes" not in command
     with pytest.raises(UserError, match="--tool-call-parser hermes: the qwen3_5 family is served with qwen3_coder"):
         vllm_command(str(tmp_path), "c", 1, tensor_parallel_size=1, extra_args=["--tool-call-parser", "hermes"])

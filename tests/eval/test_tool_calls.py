@@ -201,3 +201,12 @@ def test_harbors_terminus_2_parser_reads_the_action_after_reasoning_split_or_not
         assert results[f"{key}: content after the split"]["warning"] == "", key
         if family.reasoning_format is not None:  # unsplit, Harbor tolerates the reasoning with a warning
             assert results[f"{key}: as generated"]["warning"], key
+
+
+@pytest.mark.parametrize("key", list(FAMILIES))
+def test_without_the_reasoning_opt_in_the_answer_is_all_content(key):
+    """The CPU server's default (no --reasoning), as vLLM with no --reasoning-parser: nothing is split off, so a
+    model trained without think blocks keeps its bare answer as content."""
+    family = FAMILIES[key]
+    for text in ("ls -la", "<think>look first</think>ls -la"):
+        assert parse_answer(family, text, split_reasoning=False) == (None, text, [])
