@@ -1,0 +1,116 @@
+"""TRL 1.16's GRPO tool loop on a recorded episode, for every family of the table (issue 21 (b)): a policy that
+makes two bash calls and then answers trains exactly the tokens it sampled, and the tool output between its turns
+(with the template's text around it) carries no loss. No training, no sandbox: seconds per family."""
+
+import pytest
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from common.model_families import FAMILIES
+from modeling.tiny_model import resolve_model
+
+OUTPUTS = {"ls": "alpha.txt\nbeta.txt\n", "cat notes.txt": "gamma delta\n"}  # the recorded tool outputs
+PROMPT = [{"role": "user", "content": "List the files, then read the notes."}]
+
+
+def bash(command: str) -> str:
+    """Run a bash command.
+
+    Args:
+        command: the command line to run
+    """
+    return OUTPUTS[command]
+
+
+def turn(reasoning: str, command: str | None = None, content: str = "") -> dict:
+    """An assistant turn with its reasoning (`reasoning_content`, gpt-oss's `thinking`) and at most one bash call."""
+    message = {"role": "assistant", "content": content, "reasoning_content": reasoning, "thinking": reasoning}
+    if command is not None:
+        message["tool_calls"] = [{"type": "function", "function": {"name": "bash", "arguments": {"command": command}}}]
+    return message
+
+
+EPISODE = [turn("I list them.", "ls"), turn("Now the notes.", "cat notes.txt"),
+           turn("I have read them.", content="Two files, and the notes are read.")]
+
+
+class ScriptedPolicy(GRPOTrainer):
+    """GRPOTrainer whose generation plays back recorded turns. `_generate_single_turn` is the trainer's one call into
+    the generation backend (vLLM or transformers), for the first turn and for each turn after a tool result; TRL has
+    no public hook for the turns inside its tool loop (`rollout_func` replaces the whole loop), so the test overrides
+    this trainer method and nothing of the model. Everything else is TRL's own: `_generate` parses each turn with
+    `parse_response`, `_tool_call_loop` runs the tool, appends the result's ids (`_get_tool_suffix_ids`) to the
+    completion and builds `tool_mask`."""
+
+    recorded: list[list[int]] = []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        assert len(prompt_ids) == 1
+        return [self.recorded.pop(0)], None
+
+
+def sampled_ids(tokenizer, stops: dict[str, int], message: dict, following: dict) -> list[int]:
+    """The ids a policy samples for `message` after the generation prompt: the text the family's template renders for
+    it, tokenized on its own (as a model samples it, not as a re-render splits it), ending on the stop token that
+    ends generation (TRL's eos_token_ids): the one the template renders, or else the one it puts next (GLM-4.5's
+    `<|observation|>` before a tool result, `<|user|>` after an answer)."""
+    def render(messages, **kwargs):
+        return tokenizer.apply_chat_template(messages, tokenize=False, tools=[bash], **kwargs)
+
+    generation_prompt = render(PROMPT, add_generation_prompt=True)
+    text = render(PROMPT + [message])
+    assert text.startswith(generation_prompt)
+    text = text[len(generation_prompt):]
+    found = sorted((text.find(stop), stop) for stop in stops if stop in text)
+    if not found:
+        text = text.rstrip()
+        rendered = render(PROMPT + [message, following])
+        after = rendered[rendered.rfind(text[-20:]) + 20:]  # an earlier turn may render otherwise: find its end
+        found = sorted((after.find(stop), stop) for stop in stops if stop in after)
+        stop = found[0][1]
+    else:
+        at, stop = found[0]
+        text = text[:at]
+    return tokenizer.encode(text, add_special_tokens=False) + [stops[stop]]
+
+
+@pytest.fixture(scope="module")
+def tiny_paths():
+    return {key: resolve_model(f"builtin:tiny-{key}") for key in FAMILIES}
+
+
+@pytest.mark.parametrize("key", list(FAMILIES))
+def test_a_recorded_episode_trains_exactly_the_sampled_tokens(key, tiny_paths, tmp_path):
+    path = tiny_paths[key]
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], num_generations=2,
+                      per_device_train_batch_size=2, max_completion_length=1024, max_tool_calling_iterations=3)
+    trainer = ScriptedPolicy(model=path, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)],
+                             args=args, train_dataset=Dataset.from_list([{"prompt": PROMPT}] * 2),
+                             processing_class=tokenizer, tools=[bash])
+    stops = {tokenizer.decode([i]): i for i in trainer.eos_token_ids}
+    following = [{"role": "tool", "name": "bash", "content": OUTPUTS["ls"]},
+                 {"role": "tool", "name": "bash", "content": OUTPUTS["cat notes.txt"]},
+                 {"role": "user", "content": "thanks"}]
+    recorded = [sampled_ids(tokenizer, stops, m, f) for m, f in zip(EPISODE, following, strict=True)]
+    trainer.recorded = list(recorded)
+    # what `_generate_and_score_completions` builds for the batch before it calls `_generate`
+    trainer._sync_tool_dicts, trainer._async_tool_dicts = [{"bash": bash}], [{}]
+
+    prompt_ids, completion_ids, tool_mask, completions = trainer._generate([PROMPT])[:4]
+
+    assert not trainer.recorded, "the loop stopped before the recorded episode's last turn"
+    ids, mask = completion_ids[0], tool_mask[0]
+    assert len(ids) == len(mask)
+    trained = [i for i, bit in zip(ids, mask) if bit]
+    untrained = tokenizer.decode([i for i, bit in zip(ids, mask) if not bit])
+    assert trained == [i for ids in recorded for i in ids]  # token for token: nothing re-tokenized, nothing added
+    # the masked part is exactly the tool results as the template frames them: each output, in order
+    for output in OUTPUTS.values():
+        assert output.strip() in untrained.replace("\\n", "\n")
+        assert output.strip() not in tokenizer.decode(trained)
+    # and TRL read the recorded calls back (add_response_schema's parser) and ran them
+    calls = [m["tool_calls"][0]["function"]["arguments"]["command"] for m in completions[0] if m.get("tool_calls")]
+    assert calls == ["ls", "cat notes.txt"]
+    assert [m["content"] for m in completions[0] if m["role"] == "tool"] == list(OUTPUTS.values())
