@@ -49,7 +49,8 @@ class ModelFamily:
     templates_without_tools: tuple[str, ...] = ()  # templates of the family that render no tool calls
     # TRL 1.16 has a training twin with {% generation %} markers for each template (SFT's assistant-only loss)
     sft_masking: bool = True
-    # TRL's GRPO tool loop can run: the twin is prefix-preserving and TRL's add_response_schema parses the calls
+    # TRL's GRPO tool loop runs: add_response_schema parses the calls and the template (or TRL's twin) is
+    # prefix-preserving; tests/trainers/test_grpo_tool_loop.py: a recorded episode trains exactly the sampled tokens
     grpo_tool_loop: bool = True
     packing: str = "attention only"  # what packing meets (modeling/kernels.py decides; not tested per family)
     notes: str = ""
@@ -88,7 +89,7 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("llama3_1", "llama3_2", "llama3"), templates_without_tools=("llama3",),
         tool_call_format=LLAMA3_JSON,
         vllm_tool_call_parser="llama3_json",  # vllm/tool_parsers/__init__.py: "llama3_json" -> llama_tool_parser
-        vllm_reasoning_parser=None, sft_masking=False, grpo_tool_loop=False,
+        vllm_reasoning_parser=None, sft_masking=False,
         notes="one tool call per assistant turn; "
               "llama is not a model_type fallback (Llama 2 and 3.0 render no tool calls); TRL has one twin, "
               "llama3_training, for llama3.jinja (no tools) only: set `chat_template_path` to train on 3.1/3.2"),

@@ -107,9 +107,10 @@ def test_the_table_names_real_trl_templates_and_distinct_keys():
 @pytest.mark.parametrize("key,name", TEMPLATES, ids=[name for _, name in TEMPLATES])
 def test_what_the_table_says_of_training_holds_in_trl(key, name, own_tokenizer):
     """sft_masking: TRL gives a training twin that marks the assistant turn, tool call included, and our masking
-    trains exactly it; grpo_tool_loop: the twin is prefix-preserving and TRL's add_response_schema knows the
-    template (the two things TRL's tool loop needs)."""
-    from trl.chat_template_utils import add_response_schema, is_chat_template_prefix_preserving
+    trains exactly it; grpo_tool_loop: what GRPOTrainer checks at start with tools holds: add_response_schema knows
+    the template, and the template, or else TRL's training twin (which TRL then swaps in), is prefix-preserving."""
+    from trl.chat_template_utils import (add_response_schema, get_training_chat_template,
+                                         is_chat_template_prefix_preserving)
 
     from chat_corpus.masking import tokenize_chat, training_chat_template
     from common.errors import ConfigError
@@ -135,16 +136,19 @@ def test_what_the_table_says_of_training_holds_in_trl(key, name, own_tokenizer):
         untrained = own_tokenizer.decode([i for i, bit in zip(ids, mask) if not bit])
         assert "ls -la /srv" in trained and "Nothing there." in trained and "total 0" not in trained, name
         assert "look" in untrained and "total 0" in untrained, name
-    if tools_rendered:
-        grpo_ready = twin is not None
-        if grpo_ready:
-            own_tokenizer.chat_template = twin
-            grpo_ready = is_chat_template_prefix_preserving(own_tokenizer)
-            own_tokenizer.chat_template = template(name)
-            try:
-                add_response_schema(own_tokenizer)
+    if tools_rendered:  # what GRPOTrainer.__init__ does with tools: a response schema, a prefix-preserving template
+        try:
+            add_response_schema(own_tokenizer)
+            grpo_ready = True
+        except ValueError:
+            grpo_ready = False
+        if grpo_ready and not is_chat_template_prefix_preserving(own_tokenizer):
+            try:  # TRL swaps in its training twin
+                own_tokenizer.chat_template = get_training_chat_template(own_tokenizer)
+                grpo_ready = is_chat_template_prefix_preserving(own_tokenizer)
             except ValueError:
                 grpo_ready = False
+            own_tokenizer.chat_template = template(name)
         assert grpo_ready == fam.grpo_tool_loop, name
 
 
