@@ -67,7 +67,7 @@ class EvalSettings:
     infra_errors: str = _setting("exclude", choices=INFRA_MODES, help=(
         "trials that ended in an infrastructure failure (environment build, verifier tools, network, sandbox): "
         "left out of mean_reward and pass@k and counted next to them (exclude), or counted as 0 (zero)"))
-    model_family: str | None = _setting(None, recipe=False, choices=tuple(FAMILIES), help=(
+    model_family: str | None = _setting(None, choices=tuple(FAMILIES), help=(
         "the served checkpoint's family (common/model_families.py, docs/models.md), which picks its tool-call and "
         "reasoning parsers (default: told from its chat template and config.model_type; a model it cannot tell is "
         "refused)"))

@@ -14,7 +14,8 @@ HELLO = "tests/fixtures/harbor_tasks/hello-world"
 # every eval key a recipe config may hold: renaming one breaks configs
 RECIPE_KEYS = {"eval_suites", "eval_mode", "eval_slurm_script", "eval_agent", "eval_attempts", "eval_concurrency",
                "eval_env", "eval_temperature", "eval_max_tokens", "eval_context_size", "eval_max_turns", "eval_parser",
-               "eval_timeout_multiplier", "eval_agent_timeout_multiplier", "eval_env_kwargs", "eval_infra_errors"}
+               "eval_timeout_multiplier", "eval_agent_timeout_multiplier", "eval_env_kwargs", "eval_infra_errors",
+               "eval_model_family"}
 
 
 def test_cli_options_and_recipe_keys_come_from_eval_settings(tmp_path):
@@ -49,13 +50,15 @@ def test_cli_options_and_recipe_keys_come_from_eval_settings(tmp_path):
     # TrlParser reads the keys from YAML and the command line; the subprocess/SLURM command line gives the same
     config = tmp_path / "eval.yaml"
     config.write_text("eval_suites: [builtin:terminal, tests/fixtures]\neval_mode: subprocess\n"
-                      "eval_concurrency: 3\neval_max_turns: 4\neval_timeout_multiplier: 0.05\neval_parser: xml\n")
+                      "eval_concurrency: 3\neval_max_turns: 4\neval_timeout_multiplier: 0.05\neval_parser: xml\n"
+                      "eval_model_family: qwen3_5\n")
     [args] = TrlParser([EvalArguments]).parse_args_and_config(["--config", str(config), "--eval_attempts", "5",
                                                                 "--eval_context_size", "4096"])
     assert args.eval_suites == ["builtin:terminal", "tests/fixtures"] and args.eval_mode == "subprocess"
     settings = args.settings("builtin:terminal")
     assert (settings.concurrency, settings.max_turns, settings.timeout_multiplier, settings.parser,
             settings.attempts, settings.context_size) == (3, 4, 0.05, "xml", 5, 4096)
+    assert settings.model_family == "qwen3_5"  # a checkpoint whose template the family table cannot tell
     parsed = build_parser().parse_args(["--checkpoint", "c", *args.cli_args("builtin:terminal")])
     assert from_args(parsed) == settings
 
