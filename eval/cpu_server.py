@@ -21,16 +21,10 @@ from common.errors import RequestError, UserError
 from common.model_families import FAMILIES, family_of
 from eval.openai_api import chat_completion, message_text, model_list, request_tools
 from eval.openai_api import create_app as create_openai_app
-from eval.tool_calls import parse_answer, parse_hermes_json, parser_for
+from eval.tool_calls import parse_answer, parser_for
 from modeling.tiny_model import resolve_model as resolve_checkpoint
 
 DEFAULT_MAX_NEW_TOKENS_CAP = 1024
-
-
-def parse_tool_calls(text: str, tools: list[dict] | None = None) -> tuple[str | None, list[dict]]:
-    """The content and OpenAI tool calls of an answer with Qwen3/Hermes `<tool_call>` JSON blocks (the qwen3
-    family's format; other families: `eval.tool_calls.parser_for`)."""
-    return parse_hermes_json(text, tools)
 
 
 def _template_messages(messages: list) -> list[dict]:
@@ -113,7 +107,7 @@ class Generator:
         # the family's tool-call parser, or one line naming the `model_family` key / the missing parser
         self.family = family_of(self.tokenizer, self.model.config, model_family)
         self.reasoning = reasoning and self.family.vllm_reasoning_parser is not None  # opt-in (eval/serve.py)
-        self.parse_tool_calls = parser_for(self.family)
+        parser_for(self.family)  # a format with no parser here (harmony) is refused now, not at the first call
         self.served_model_name = served_model_name
         limit = getattr(self.model.config, "max_position_embeddings", None) or 2048
         self.max_model_len = min(limit, max_model_len) if max_model_len else limit

@@ -185,7 +185,7 @@ def test_bad_tool_requests(tool_served, body, words):
 
 
 def test_generated_tool_call_blocks_become_openai_tool_calls():
-    from eval.cpu_server import parse_tool_calls
+    from eval.tool_calls import parse_hermes_json as parse_tool_calls  # the qwen3 family's, the CPU server's
 
     block = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -l \\"a b\\""}}\n</tool_call>'
     content, [call] = parse_tool_calls(block)
