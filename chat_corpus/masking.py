@@ -12,14 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from jinja2 import TemplateError
+
 from chat_corpus.records import RecordError
 from common.errors import ConfigError
+from common.model_families import repo_training_twin
 
 TRUNCATION_POLICIES = ("turns", "keep_start", "drop")
 
 
 def training_chat_template(tokenizer) -> str:
-    """The tokenizer's template if it marks assistant turns, else TRL's training twin of it."""
+    """The tokenizer's template if it marks assistant turns, else TRL's training twin of it, else the repo's (Llama
+    3.1/3.2: common/chat_templates/)."""
     from trl.chat_template_utils import get_training_chat_template
 
     template = tokenizer.chat_template or ""
@@ -28,9 +32,11 @@ def training_chat_template(tokenizer) -> str:
     try:
         return get_training_chat_template(tokenizer)
     except ValueError:
+        if (twin := repo_training_twin(template)) is not None:
+            return twin
         raise ConfigError(
             f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')} has no "
-            "{% generation %} markers and TRL has no training twin for it; set `chat_template_path` to a .jinja "
+            "{% generation %} markers and neither TRL nor the repo has a training twin of it; set `chat_template_path` to a .jinja "
             "file that wraps each assistant turn in {% generation %} ... {% endgeneration %}") from None
 
 
@@ -82,9 +88,12 @@ def _spans(mask: list[int]) -> list[tuple[int, int]]:
 def tokenize_chat(tokenizer, template: str, record: dict) -> tuple[list[int], list[int]]:
     """input_ids and the mask of trained tokens, over the whole conversation."""
     messages = record["messages"]
-    rendered = tokenizer.apply_chat_template(
-        messages, tools=record.get("tools"), chat_template=template, tokenize=True, return_dict=True,
-        return_assistant_tokens_mask=True)
+    try:
+        rendered = tokenizer.apply_chat_template(
+            messages, tools=record.get("tools"), chat_template=template, tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True)
+    except TemplateError as err:  # the template's raise_exception: a record its format cannot hold
+        raise RecordError(f"the chat template refuses this record: {err}") from None
     input_ids, mask = list(rendered["input_ids"]), list(rendered["assistant_masks"])
     spans = _spans(mask)
     assistants = [message for message in messages if message["role"] == "assistant"]

@@ -89,10 +89,11 @@ FAMILIES: dict[str, ModelFamily] = {family.key: family for family in (
         templates=("llama3_1", "llama3_2", "llama3"), templates_without_tools=("llama3",),
         tool_call_format=LLAMA3_JSON,
         vllm_tool_call_parser="llama3_json",  # vllm/tool_parsers/__init__.py: "llama3_json" -> llama_tool_parser
-        vllm_reasoning_parser=None, sft_masking=False,
+        vllm_reasoning_parser=None,
         notes="one tool call per assistant turn; "
               "llama is not a model_type fallback (Llama 2 and 3.0 render no tool calls); TRL has one twin, "
-              "llama3_training, for llama3.jinja (no tools) only: set `chat_template_path` to train on 3.1/3.2"),
+              "llama3_training, for llama3.jinja (no tools) only: the 3.1/3.2 twins are the repo's "
+              "(common/chat_templates/)"),
     ModelFamily(
         key="gptoss", architectures=("GptOssForCausalLM",), model_types=("gpt_oss",),
         templates=("gptoss",), tool_call_format=HARMONY,
@@ -130,19 +131,38 @@ def trl_template_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
+# training twins (NAME_training.jinja, `{% generation %}` markers) of TRL templates TRL ships none for, written here:
+# TRL 1.16 has llama3_training for llama3.jinja only, and Llama 3.1/3.2 are what users fine-tune with tools
+REPO_TWIN_DIR = Path(__file__).resolve().parent / "chat_templates"
+
+
 @lru_cache(maxsize=1)
 def _templates_by_text() -> dict[str, str]:
-    """The text of each TRL template (original or training twin) of a family in the table -> the family's key."""
+    """The text of each TRL template (original or training twin, TRL's or the repo's) of a family in the table -> the
+    family's key."""
     folder = trl_template_dir()
     out: dict[str, str] = {}
     if folder is None:
         return out
     for fam in FAMILIES.values():
         for name in fam.templates:
-            for file in (folder / f"{name}.jinja", folder / f"{name}_training.jinja"):
+            for file in (folder / f"{name}.jinja", folder / f"{name}_training.jinja",
+                         REPO_TWIN_DIR / f"{name}_training.jinja"):
                 if file.is_file():
                     out.setdefault(file.read_text(encoding="utf-8"), fam.key)
     return out
+
+
+def repo_training_twin(chat_template) -> str | None:
+    """The repo's training twin of a TRL template TRL ships no twin for (the template byte for byte), else None."""
+    text, folder = template_text(chat_template), trl_template_dir()
+    if text is None or folder is None:
+        return None
+    for twin in sorted(REPO_TWIN_DIR.glob("*_training.jinja")):
+        original = folder / twin.name.replace("_training.jinja", ".jinja")
+        if original.is_file() and original.read_text(encoding="utf-8") == text:
+            return twin.read_text(encoding="utf-8")
+    return None
 
 
 def template_text(chat_template) -> str | None:

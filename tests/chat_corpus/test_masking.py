@@ -110,17 +110,20 @@ def test_truncation_policies(tokenizer):
 
 
 def test_chat_template_path_gives_a_model_without_a_training_twin_its_masks(tmp_path):
-    """Llama 3.1 has no training twin in TRL: refused, until the config's chat_template_path (a .jinja file) names a
-    template with {% generation %} markers, which the corpus is then rendered with (as TRL sets it at the trainer's
-    start); anything but a .jinja file is one clear line."""
+    """A template with no twin, TRL's or the repo's (here Llama 3.1's edited by a byte), is refused in one line, until
+    the config's chat_template_path (a .jinja file) names a template with {% generation %} markers, which the corpus
+    is then rendered with (as TRL sets it at the trainer's start); anything but a .jinja file is one clear line."""
     from chat_corpus.masking import load_tokenizer
     from common.errors import ConfigError
     from common.model_families import trl_template_dir
     from modeling.tiny_model import resolve_model
 
     llama = resolve_model("builtin:tiny-llama3_1")
-    with pytest.raises(ConfigError, match="set `chat_template_path`"):
-        training_chat_template(load_tokenizer(llama))
+    tokenizer = load_tokenizer(llama)
+    tokenizer.chat_template += " "
+    with pytest.raises(ConfigError, match="set `chat_template_path`") as refused:
+        training_chat_template(tokenizer)
+    assert "\n" not in str(refused.value)
     marked = (trl_template_dir() / "qwen3_training.jinja").read_text()
     path = tmp_path / "marked.jinja"
     path.write_text(marked)
@@ -130,3 +133,20 @@ def test_chat_template_path_gives_a_model_without_a_training_twin_its_masks(tmp_
         load_tokenizer(llama, chat_template_path=str(tmp_path / "marked.txt"))
     with pytest.raises(ConfigError, match="chat_template_path: cannot read"):
         load_tokenizer(llama, chat_template_path=str(tmp_path / "none.jinja"))
+
+
+def test_a_record_the_template_cannot_hold_is_a_record_error():
+    """Llama 3.1's template raises on a turn with two tool calls (its format holds one): a RecordError naming the
+    template's reason, which the corpus counts or drops (skip_invalid), not a crash of the run."""
+    from chat_corpus.masking import load_tokenizer
+    from modeling.tiny_model import resolve_model
+
+    tokenizer = load_tokenizer(resolve_model("builtin:tiny-llama3_1"))
+    call = {"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}
+    record = {"messages": [{"role": "user", "content": "look"},
+                           {"role": "assistant", "content": "", "tool_calls": [call, call]},
+                           {"role": "tool", "name": "bash", "content": "a"}, {"role": "tool", "name": "bash", "content": "a"},
+                           {"role": "assistant", "content": "done"}]}
+    with pytest.raises(RecordError, match="^the chat template refuses this record: This model only supports single "
+                                          "tool-calls at once!$"):
+        tokenize_chat(tokenizer, training_chat_template(tokenizer), record)

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from common.model_families import (FAMILIES, FAMILY_KEY, UnknownFamily, detect_family, family, family_of,
-                                   family_of_checkpoint, trl_template_dir)
+from common.model_families import (FAMILIES, FAMILY_KEY, REPO_TWIN_DIR, UnknownFamily, detect_family, family, family_of,
+                                   family_of_checkpoint, repo_training_twin, trl_template_dir)
 
 TEMPLATES = [(fam.key, name) for fam in FAMILIES.values() for name in fam.templates]
 TOOL_TEMPLATES = [(key, name) for key, name in TEMPLATES if name not in FAMILIES[key].templates_without_tools]
@@ -169,3 +169,40 @@ def test_docs_models_table_is_the_family_table():
                  f"`{f.vllm_tool_call_parser}`", f"`{f.vllm_reasoning_parser}`" if f.vllm_reasoning_parser else "none",
                  yes[f.sft_masking], yes[f.grpo_tool_loop], f.packing] for f in FAMILIES.values()]
     assert rows == expected
+
+
+REPO_TWINS = sorted(path.name.removesuffix("_training.jinja") for path in REPO_TWIN_DIR.glob("*_training.jinja"))
+
+
+@pytest.mark.parametrize("name", REPO_TWINS)
+def test_the_repos_training_twin_renders_the_original_byte_for_byte(name, own_tokenizer):
+    """common/chat_templates/NAME_training.jinja (a twin TRL 1.16 does not ship) renders every conversation exactly as
+    TRL's NAME.jinja does (plain turns, a system message, tools in the first user message or in the system message,
+    a tool call, Llama 3.1's builtin-tool call), its generation blocks cover each assistant turn's output and the
+    end-of-turn token and nothing else, and it is told to the original's family."""
+    from chat_corpus.masking import _spans
+
+    original, twin = template(name), (REPO_TWIN_DIR / f"{name}_training.jinja").read_text(encoding="utf-8")
+    key = detect_family(original).key
+    assert detect_family(twin).key == key and repo_training_twin(original) == twin
+    tools = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+    call = {"type": "function", "function": {"name": "bash", "arguments": {"command": "grep -c 'x\"y' a.log"}}}
+    chat = [{"role": "system", "content": "You run commands."}, {"role": "user", "content": "count it"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "bash", "content": "3"}, {"role": "assistant", "content": " Three. "}]
+    cases = [(chat, {"tools": tools}), (chat[1:], {"tools": tools}), (chat[1:], {"tools": tools, "tools_in_user_message": False}),
+             ([chat[1], {"role": "assistant", "content": "hi"}], {})]
+    if name == "llama3_1":
+        cases.append((chat, {"tools": tools, "builtin_tools": ["bash"]}))
+    for messages, kwargs in cases:
+        plain = own_tokenizer.apply_chat_template(messages, chat_template=original, tokenize=False, **kwargs)
+        assert own_tokenizer.apply_chat_template(messages, chat_template=twin, tokenize=False, **kwargs) == plain
+        rendered = own_tokenizer.apply_chat_template(messages, chat_template=twin, tokenize=True, return_dict=True,
+                                                     return_assistant_tokens_mask=True, **kwargs)
+        spans = [own_tokenizer.decode(rendered["input_ids"][a:b]) for a, b in _spans(list(rendered["assistant_masks"]))]
+        assistants = [m for m in messages if m["role"] == "assistant"]
+        assert len(spans) == len(assistants), (kwargs, spans)
+        for span, message in zip(spans, assistants):
+            assert span.endswith(("<|eot_id|>", "<|eom_id|>")) and "<|start_header_id|>" not in span, span
+            assert ("grep -c" in span) == bool(message.get("tool_calls")), span
