@@ -36,8 +36,9 @@ def training_chat_template(tokenizer) -> str:
             return twin
         raise ConfigError(
             f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')} has no "
-            "{% generation %} markers and neither TRL nor the repo has a training twin of it; set `chat_template_path` to a .jinja "
-            "file that wraps each assistant turn in {% generation %} ... {% endgeneration %}") from None
+            "{% generation %} markers and neither TRL nor the repo has a training twin of it; set "
+            "`chat_template_path` to a .jinja file that wraps each assistant turn in {% generation %} ... "
+            "{% endgeneration %}") from None
 
 
 def load_tokenizer(model_path: str, revision: str | None = None, chat_template_path: str | None = None):
