@@ -57,39 +57,54 @@ def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
 
 
 STUBS = {
-    # log the step and whether its servers get a token (a server bound to 0.0.0.0 refuses to start without one)
-    "srun": '#!/bin/bash\n{ printf "%s" "$*" | tr "\\n" " "; echo " [token: ${EPISODE_SERVER_TOKEN:+set}]"; } '
-            '>> "$SRUN_LOG"\n',
+    # log the step and whether its servers get the job's token (a server bound to 0.0.0.0 refuses to start without
+    # one), in one write: the launchers start their server steps in the background, at once
+    "srun": r'''#!/bin/bash
+token=${EPISODE_SERVER_TOKEN:-${REWARD_SERVER_TOKEN:-}}
+line="$*"
+printf '%s [token: %s]\n' "${line//$'\n'/ }" "${token:+set}" >> "$SRUN_LOG"
+''',
     "scontrol": '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && tr , "\\n" <<< "$3"\n',
-    "curl": '#!/bin/bash\necho "{}"\n',                                     # every server answers /health
+    "curl": '#!/bin/bash\necho "${@: -1}" >> "$CURL_LOG"\necho "{}"\n',  # every server answers /health
 }
 
 
-def dry_run(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
-    """The sbatch run with the stand-ins first on PATH, on a copy of the 8-GPU config with 4 generated tasks: the
-    run, and the srun command line of each role ({} when it started none)."""
+def dry_run(tmp_path: Path, script: str, config: Path, roles: dict[str, str], **env) -> tuple[
+        subprocess.CompletedProcess, dict, list[str]]:
+    """launch/slurm/SCRIPT run with the stand-ins first on PATH: the run, the srun command line of each role (the
+    first step holding its marker; {} when it started none) and the URLs curl was asked for."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, text in STUBS.items():
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
+    log, curl_log = tmp_path / "srun.log", tmp_path / "curl.log"
+    # the launchers' own settings come from env only, not from the shell the tests run in
+    outside = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SLURM_", "VLLM_", "EPISODE_", "REWARD_", "GPUS_PER_NODE", "POLICY"))}
+    run = subprocess.run(["bash", str(REPO / "launch" / "slurm" / script), "--max_steps", "3"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**outside, "PATH": f"{stubs}:{os.environ['PATH']}", "SRUN_LOG": str(log),
+                              "CURL_LOG": str(curl_log), "CONFIG": str(config), "SLURM_SUBMIT_DIR": str(REPO),
+                              "SLURM_JOB_ID": "4242", **env})
+    steps = log.read_text().splitlines() if log.exists() else []
+    urls = curl_log.read_text().splitlines() if curl_log.exists() else []
+    return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}, urls
+
+
+def dry_run_agentic(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    """grpo_agentic.sbatch on a copy of the 8-GPU config with 4 generated tasks."""
     config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-8gpu.yaml").read_text())
     config.update(task_dirs=[str(tmp_path / "tasks")], generate_n=4)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    log = tmp_path / "srun.log"
-    run = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "grpo_agentic.sbatch"), "--max_steps", "3"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "SRUN_LOG": str(log),
-                              "CONFIG": str(tmp_path / "config.yaml"), "SLURM_SUBMIT_DIR": str(REPO),
-                              "SLURM_JOB_ID": "4242", **env})
-    steps = log.read_text().splitlines() if log.exists() else []
     roles = {"episode": "episodes.server", "vllm": "vllm-serve", "train": "grpo_agentic.py"}
-    return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}
+    run, steps, _ = dry_run(tmp_path, "grpo_agentic.sbatch", tmp_path / "config.yaml", roles, **env)
+    return run, steps
 
 
 def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3,n4,n5", EPISODE_NODES="2",
-                         EPISODE_SERVERS_PER_NODE="2")
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3,n4,n5", EPISODE_NODES="2",
+                                 EPISODE_SERVERS_PER_NODE="2")
     assert run.returncode == 0, run.stdout + run.stderr
     urls = "http://n4:8200,http://n4:8201,http://n5:8200,http://n5:8201"
     assert f"trainers: n1 n2 (16 ranks); vLLM: n3; episode servers: {urls}" in run.stdout
@@ -105,7 +120,7 @@ def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
 
 
 def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nodes(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="g1,g2,c1,c2", SLURM_JOB_NODELIST_HET_GROUP_0="g1,g2",
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="g1,g2,c1,c2", SLURM_JOB_NODELIST_HET_GROUP_0="g1,g2",
                          SLURM_JOB_NODELIST_HET_GROUP_1="c1,c2")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "trainers: g1 (8 ranks); vLLM: g2; episode servers: http://c1:8200,http://c2:8200" in run.stdout
@@ -114,7 +129,7 @@ def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nod
 
 
 def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2")
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="n1,n2")
     assert run.returncode == 2 and "need at least 3 nodes" in run.stderr and steps == {}
 
 
