@@ -1,6 +1,7 @@
-"""Launchers and GPU configs that cannot run here (no SLURM, no GPU): the scripts parse, agentic GRPO's sbatch splits
-its nodes and starts the right commands under a stand-in SLURM (srun, scontrol and curl replaced by scripts that
-log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check answered yes)."""
+"""Launchers and GPU configs that cannot run here (no SLURM, no GPU): the scripts parse, the GRPO and agentic GRPO
+sbatch scripts split their nodes and start the right commands under a stand-in SLURM (srun, scontrol and curl
+replaced by scripts that log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check
+answered yes)."""
 
 import os
 import re
@@ -131,6 +132,58 @@ def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nod
 def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):
     run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="n1,n2")
     assert run.returncode == 2 and "need at least 3 nodes" in run.stderr and steps == {}
+
+
+def dry_run_grpo(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict, list[str]]:
+    """grpo.sbatch on the config it is documented for (a dense Qwen3-8B)."""
+    roles = {"serve": "vllm-serve", "train": "recipes/grpo.py"}
+    return dry_run(tmp_path, "grpo.sbatch", REPO / "configs" / "grpo" / "terminal_pivot.yaml", roles, **env)
+
+
+def test_the_grpo_sbatch_serves_a_dense_model_tensor_parallel_on_the_last_node(tmp_path):
+    """TRL 1.16's vllm-serve takes data_parallel_size > 1 for MoE models only: the default is one tensor-parallel
+    server over the whole node, which a dense policy (Qwen3-8B here) can run."""
+    run, steps, urls = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "trainers: n1 n2 (16 ranks); vLLM + 4 reward servers: n3" in run.stdout
+    serve, train = steps["serve"], steps["train"]
+    assert serve.startswith("--nodes=1 --ntasks=1 --nodelist=n3 ")
+    assert "trl vllm-serve --model Qwen/Qwen3-8B --host 0.0.0.0 --port 8000" in serve
+    assert "--tensor_parallel_size 8 --data_parallel_size 1" in serve
+    assert "python -m rewards.server --config configs/rewards/all.yaml --host 0.0.0.0" in serve
+    assert "seq 0 3" in serve and serve.endswith("[token: set]")  # 4 replicas, the job's token exported
+    assert train.startswith("--nodes=2 --ntasks=2 --nodelist=n1,n2 ") and "--max_steps 3" in train
+    assert '--reward_url "$REWARD_URLS"' in train and '--vllm_server_base_url "http://$SERVE_NODE:8000"' in train
+    waited = list(dict.fromkeys(urls))  # the servers training waits for, on the serve node
+    assert waited == ["http://n3:8000/health/"] + [f"http://n3:{port}/health" for port in range(8100, 8104)]
+
+
+@pytest.mark.parametrize("env, parallel", [
+    ({"VLLM_DP": "2"}, "--tensor_parallel_size 4 --data_parallel_size 2"),  # an MoE policy: TP follows DP
+    ({"VLLM_TP": "2"}, "--tensor_parallel_size 2 --data_parallel_size 1"),
+    ({"VLLM_TP": "2", "VLLM_DP": "2", "GPUS_PER_NODE": "4"}, "--tensor_parallel_size 2 --data_parallel_size 2"),
+])
+def test_the_grpo_sbatch_takes_vllm_parallel_sizes_from_the_environment(tmp_path, env, parallel):
+    run, steps, _ = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2", **env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert parallel in steps["serve"] and "--nodelist=n2" in steps["serve"]
+    assert "--nodelist=n1 " in steps["train"]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"VLLM_TP": "8", "VLLM_DP": "2"}, "VLLM_TP=8 x VLLM_DP=2 needs 16 GPUs, the vLLM node has GPUS_PER_NODE=8"),
+    ({"VLLM_DP": "16"}, "VLLM_TP=1 x VLLM_DP=16 needs 16 GPUs"),
+    ({"VLLM_DP": "two"}, "VLLM_DP=two: set it to a positive integer"),
+    ({"VLLM_TP": "0"}, "VLLM_TP=0: set it to a positive integer"),
+])
+def test_the_grpo_sbatch_refuses_vllm_sizes_the_node_cannot_hold(tmp_path, env, message):
+    run, steps, _ = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2", **env)
+    assert run.returncode == 2 and f"error: {message}" in run.stderr and steps == {}
+
+
+def test_the_grpo_sbatch_refuses_too_few_nodes(tmp_path):
+    run, steps, urls = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1")
+    assert run.returncode == 2 and "need at least 2 nodes" in run.stderr and steps == {} and urls == []
 
 
 def test_launchers_call_modules_and_carry_no_python():
