@@ -1,6 +1,7 @@
-"""Launchers and GPU configs that cannot run here (no SLURM, no GPU): the scripts parse, agentic GRPO's sbatch splits
-its nodes and starts the right commands under a stand-in SLURM (srun, scontrol and curl replaced by scripts that
-log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check answered yes)."""
+"""Launchers and GPU configs that cannot run here (no SLURM, no GPU): the scripts parse, the GRPO and agentic GRPO
+sbatch scripts split their nodes and start the right commands under a stand-in SLURM (srun, scontrol and curl
+replaced by scripts that log), and the 8-GPU config parses through the recipe's own parser (with the GPU's bf16 check
+answered yes)."""
 
 import os
 import re
@@ -57,39 +58,54 @@ def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
 
 
 STUBS = {
-    # log the step and whether its servers get a token (a server bound to 0.0.0.0 refuses to start without one)
-    "srun": '#!/bin/bash\n{ printf "%s" "$*" | tr "\\n" " "; echo " [token: ${EPISODE_SERVER_TOKEN:+set}]"; } '
-            '>> "$SRUN_LOG"\n',
+    # log the step and whether its servers get the job's token (a server bound to 0.0.0.0 refuses to start without
+    # one), in one write: the launchers start their server steps in the background, at once
+    "srun": r'''#!/bin/bash
+token=${EPISODE_SERVER_TOKEN:-${REWARD_SERVER_TOKEN:-}}
+line="$*"
+printf '%s [token: %s]\n' "${line//$'\n'/ }" "${token:+set}" >> "$SRUN_LOG"
+''',
     "scontrol": '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && tr , "\\n" <<< "$3"\n',
-    "curl": '#!/bin/bash\necho "{}"\n',                                     # every server answers /health
+    "curl": '#!/bin/bash\necho "${@: -1}" >> "$CURL_LOG"\necho "{}"\n',  # every server answers /health
 }
 
 
-def dry_run(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
-    """The sbatch run with the stand-ins first on PATH, on a copy of the 8-GPU config with 4 generated tasks: the
-    run, and the srun command line of each role ({} when it started none)."""
+def dry_run(tmp_path: Path, script: str, config: Path, roles: dict[str, str], **env) -> tuple[
+        subprocess.CompletedProcess, dict, list[str]]:
+    """launch/slurm/SCRIPT run with the stand-ins first on PATH: the run, the srun command line of each role (the
+    first step holding its marker; {} when it started none) and the URLs curl was asked for."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, text in STUBS.items():
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
+    log, curl_log = tmp_path / "srun.log", tmp_path / "curl.log"
+    # the launchers' own settings come from env only, not from the shell the tests run in
+    outside = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SLURM_", "VLLM_", "EPISODE_", "REWARD_", "GPUS_PER_NODE", "POLICY"))}
+    run = subprocess.run(["bash", str(REPO / "launch" / "slurm" / script), "--max_steps", "3"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**outside, "PATH": f"{stubs}:{os.environ['PATH']}", "SRUN_LOG": str(log),
+                              "CURL_LOG": str(curl_log), "CONFIG": str(config), "SLURM_SUBMIT_DIR": str(REPO),
+                              "SLURM_JOB_ID": "4242", **env})
+    steps = log.read_text().splitlines() if log.exists() else []
+    urls = curl_log.read_text().splitlines() if curl_log.exists() else []
+    return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}, urls
+
+
+def dry_run_agentic(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    """grpo_agentic.sbatch on a copy of the 8-GPU config with 4 generated tasks."""
     config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-8gpu.yaml").read_text())
     config.update(task_dirs=[str(tmp_path / "tasks")], generate_n=4)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    log = tmp_path / "srun.log"
-    run = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "grpo_agentic.sbatch"), "--max_steps", "3"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "SRUN_LOG": str(log),
-                              "CONFIG": str(tmp_path / "config.yaml"), "SLURM_SUBMIT_DIR": str(REPO),
-                              "SLURM_JOB_ID": "4242", **env})
-    steps = log.read_text().splitlines() if log.exists() else []
     roles = {"episode": "episodes.server", "vllm": "vllm-serve", "train": "grpo_agentic.py"}
-    return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}
+    run, steps, _ = dry_run(tmp_path, "grpo_agentic.sbatch", tmp_path / "config.yaml", roles, **env)
+    return run, steps
 
 
 def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3,n4,n5", EPISODE_NODES="2",
-                         EPISODE_SERVERS_PER_NODE="2")
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3,n4,n5", EPISODE_NODES="2",
+                                 EPISODE_SERVERS_PER_NODE="2")
     assert run.returncode == 0, run.stdout + run.stderr
     urls = "http://n4:8200,http://n4:8201,http://n5:8200,http://n5:8201"
     assert f"trainers: n1 n2 (16 ranks); vLLM: n3; episode servers: {urls}" in run.stdout
@@ -105,7 +121,7 @@ def test_the_agentic_sbatch_splits_nodes_and_starts_every_server(tmp_path):
 
 
 def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nodes(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="g1,g2,c1,c2", SLURM_JOB_NODELIST_HET_GROUP_0="g1,g2",
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="g1,g2,c1,c2", SLURM_JOB_NODELIST_HET_GROUP_0="g1,g2",
                          SLURM_JOB_NODELIST_HET_GROUP_1="c1,c2")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "trainers: g1 (8 ranks); vLLM: g2; episode servers: http://c1:8200,http://c2:8200" in run.stdout
@@ -114,8 +130,60 @@ def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nod
 
 
 def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):
-    run, steps = dry_run(tmp_path, SLURM_JOB_NODELIST="n1,n2")
+    run, steps = dry_run_agentic(tmp_path, SLURM_JOB_NODELIST="n1,n2")
     assert run.returncode == 2 and "need at least 3 nodes" in run.stderr and steps == {}
+
+
+def dry_run_grpo(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict, list[str]]:
+    """grpo.sbatch on the config it is documented for (a dense Qwen3-8B)."""
+    roles = {"serve": "vllm-serve", "train": "recipes/grpo.py"}
+    return dry_run(tmp_path, "grpo.sbatch", REPO / "configs" / "grpo" / "terminal_pivot.yaml", roles, **env)
+
+
+def test_the_grpo_sbatch_serves_a_dense_model_tensor_parallel_on_the_last_node(tmp_path):
+    """TRL 1.16's vllm-serve takes data_parallel_size > 1 for MoE models only: the default is one tensor-parallel
+    server over the whole node, which a dense policy (Qwen3-8B here) can run."""
+    run, steps, urls = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2,n3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "trainers: n1 n2 (16 ranks); vLLM + 4 reward servers: n3" in run.stdout
+    serve, train = steps["serve"], steps["train"]
+    assert serve.startswith("--nodes=1 --ntasks=1 --nodelist=n3 ")
+    assert "trl vllm-serve --model Qwen/Qwen3-8B --host 0.0.0.0 --port 8000" in serve
+    assert "--tensor_parallel_size 8 --data_parallel_size 1" in serve
+    assert "python -m rewards.server --config configs/rewards/all.yaml --host 0.0.0.0" in serve
+    assert "seq 0 3" in serve and serve.endswith("[token: set]")  # 4 replicas, the job's token exported
+    assert train.startswith("--nodes=2 --ntasks=2 --nodelist=n1,n2 ") and "--max_steps 3" in train
+    assert '--reward_url "$REWARD_URLS"' in train and '--vllm_server_base_url "http://$SERVE_NODE:8000"' in train
+    waited = list(dict.fromkeys(urls))  # the servers training waits for, on the serve node
+    assert waited == ["http://n3:8000/health/"] + [f"http://n3:{port}/health" for port in range(8100, 8104)]
+
+
+@pytest.mark.parametrize("env, parallel", [
+    ({"VLLM_DP": "2"}, "--tensor_parallel_size 4 --data_parallel_size 2"),  # an MoE policy: TP follows DP
+    ({"VLLM_TP": "2"}, "--tensor_parallel_size 2 --data_parallel_size 1"),
+    ({"VLLM_TP": "2", "VLLM_DP": "2", "GPUS_PER_NODE": "4"}, "--tensor_parallel_size 2 --data_parallel_size 2"),
+])
+def test_the_grpo_sbatch_takes_vllm_parallel_sizes_from_the_environment(tmp_path, env, parallel):
+    run, steps, _ = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2", **env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert parallel in steps["serve"] and "--nodelist=n2" in steps["serve"]
+    assert "--nodelist=n1 " in steps["train"]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"VLLM_TP": "8", "VLLM_DP": "2"}, "VLLM_TP=8 x VLLM_DP=2 needs 16 GPUs, the vLLM node has GPUS_PER_NODE=8"),
+    ({"VLLM_DP": "16"}, "VLLM_TP=1 x VLLM_DP=16 needs 16 GPUs"),
+    ({"VLLM_DP": "two"}, "VLLM_DP=two: set it to a positive integer"),
+    ({"VLLM_TP": "0"}, "VLLM_TP=0: set it to a positive integer"),
+])
+def test_the_grpo_sbatch_refuses_vllm_sizes_the_node_cannot_hold(tmp_path, env, message):
+    run, steps, _ = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1,n2", **env)
+    assert run.returncode == 2 and f"error: {message}" in run.stderr and steps == {}
+
+
+def test_the_grpo_sbatch_refuses_too_few_nodes(tmp_path):
+    run, steps, urls = dry_run_grpo(tmp_path, SLURM_JOB_NODELIST="n1")
+    assert run.returncode == 2 and "need at least 2 nodes" in run.stderr and steps == {} and urls == []
 
 
 def test_launchers_call_modules_and_carry_no_python():
