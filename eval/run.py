@@ -9,8 +9,8 @@ Runs in: the training venv; it runs `.venv-harbor/bin/harbor run` as a subproces
     python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
     python -m eval.run --suite DIR --dry_run [--env ENV] [--env_kwargs "..."]    # preflight: can each task run?
 
-SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`) or a local path to
-Harbor tasks; `--env local` is this repo's sandbox. The options and their defaults are eval/settings.py's
+SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`), a local path to
+Harbor tasks, or a JSONL of decision points (eval/decision_points.py); `--env local` is this repo's sandbox. The options and their defaults are eval/settings.py's
 `EvalSettings`. Infrastructure failures are left out of the means and counted (--infra_errors zero counts them 0).
 Agents, served models, keys and outcomes: docs/evaluation.md.
 """
@@ -30,6 +30,7 @@ from pathlib import Path
 from common.checkpoints import global_step
 from common.errors import UserError
 from eval import settings as eval_settings
+from eval.decision_points import evaluate_decision_points, is_decision_point_suite
 from eval.job_dir import read_job
 from eval.preflight import parse_env_kwargs, preflight, report_lines
 from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
@@ -148,6 +149,8 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     invalid = eval_settings.choice_error(settings)
     if invalid:
         raise EvalError(invalid)
+    if is_decision_point_suite(settings.suite):  # a JSONL of pivot rows: one model call and one /verify per row
+        return evaluate_decision_points(checkpoint, settings, results_file, progress)
     checkpoint_dir = Path(checkpoint)
     jobs_dir = Path(settings.jobs_dir) if settings.jobs_dir else checkpoint_dir / "eval_jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)

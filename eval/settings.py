@@ -35,7 +35,8 @@ class EvalSettings:
 
     suite: str = _setting(recipe=False, help=(
         "builtin:terminal, builtin:evocode, a Harbor dataset name (terminal-bench@2.0, "
-        "terminal-bench/terminal-bench-2-1) or a folder of Harbor tasks"))
+        "terminal-bench/terminal-bench-2-1), a folder of Harbor tasks, or a .jsonl of decision points (pivot rows: "
+        "the model's next action scored against the teacher's by the reward server)"))
     agent: str = _setting("terminus-2", choices=AGENTS, help=(
         "terminus-2: Harbor's agent (JSON keystrokes in the text), driving the served checkpoint; bash-tool: the "
         "bash-tool harness agentic GRPO trains (harbor_plugins/bash_tool_agent.py); oracle, nop: no model"))

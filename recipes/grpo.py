@@ -51,10 +51,16 @@ def main():
                                            "attn_implementation": model_args.attn_implementation,
                                            **(training_args.model_init_kwargs or {})}
         reward = make_reward_function(client, policy_family(tokenizer))  # the policy's reasoning as its own item
+        # step 0 (eval_on_start: checkpoint-0 scored like every save) is the callback's; the Trainer's own computes an
+        # eval reward first, which needs an eval split (eval_fraction > 0)
+        eval_on_start = training_args.eval_on_start
+        if prompts.eval is None:
+            training_args.eval_on_start = False
         trainer = GRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
                               train_dataset=prompts.train, eval_dataset=prompts.eval, processing_class=tokenizer,
                               peft_config=get_peft_config(model_args),
-                              callbacks=[EvalOnSaveCallback(eval_args)] if eval_args.eval_suites else None)
+                              callbacks=[EvalOnSaveCallback(eval_args, eval_on_start=eval_on_start)]
+                              if eval_args.eval_suites else None)
         resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
         started = time.monotonic()
         trainer.train(resume_from_checkpoint=resume)
