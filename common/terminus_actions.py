@@ -2,7 +2,8 @@
 Runs in: the training venv (openapi-schema-validator): the reward server's terminus_judge and the pivot-row builder.
 
 terminus_1 and terminus_2; both forbid extra keys at the top level and inside each command. `keystrokes` is what the
-similarity compares, each side cut to MAX_SIMILARITY_CHARS. The fields: docs/reward-server.md#the-environments-check-by-check.
+similarity compares, each side cut to MAX_SIMILARITY_CHARS.
+The fields: docs/reward-server.md#the-environments-check-by-check.
 """
 
 from __future__ import annotations
