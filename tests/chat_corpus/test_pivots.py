@@ -87,7 +87,7 @@ def assert_teacher_scores_one(url: str, rows: list[dict]) -> None:
 
 # ------------------------------------------------------------------------------ the shipped sample job (fast)
 
-def test_the_sample_job_gives_one_row_per_action_of_its_passing_trials():
+def test_the_sample_job_gives_one_row_per_action_of_its_passing_trials(reward_url):
     train, val, report = build_pivots([str(SAMPLE)], PivotOptions())
     assert val == [] and report.trials == 5 and report.kept_trajectories == 3
     assert +report.dropped_trajectories == Counter(below_min_reward=2)  # a failed trial, a timed-out one
@@ -119,6 +119,7 @@ def test_the_sample_job_gives_one_row_per_action_of_its_passing_trials():
             assert row["agent_ref"] == {"type": "responses_api_agents", "name": DEFAULT_AGENT_NAME}
         assert trial_rows[-1]["metadata"]["task_complete"] is True  # the confirmation that follows has no row
     assert AGENT_NAMES[DEFAULT_AGENT_NAME] == "terminus_judge"
+    assert_teacher_scores_one(reward_url, train)
 
 
 def test_each_rule_drops_and_counts_what_it_should(tmp_path):
