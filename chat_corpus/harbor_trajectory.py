@@ -17,7 +17,7 @@ TERMINUS_AGENTS = ("terminus-2", "terminus_2", "terminus")
 _ANALYSIS_PLAN = re.compile(r"^Analysis:\s*(?P<analysis>.*?)\s*(?:\nPlan:\s*(?P<plan>.*))?$", re.S)
 
 
-def _text(value) -> str:
+def content_text(value) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
@@ -27,13 +27,16 @@ def _text(value) -> str:
     return json.dumps(value)
 
 
-def _observation_text(step: dict) -> str:
+def observation_text(step: dict) -> str:
+    """An agent step's observation: what Terminus-2 sent as the next user turn."""
     results = (step.get("observation") or {}).get("results") or []
-    return "\n".join(_text(result.get("content")) for result in results if isinstance(result, dict))
+    return "\n".join(content_text(result.get("content")) for result in results if isinstance(result, dict))
 
 
-def _terminus_action(step: dict) -> str:
-    message = _text(step.get("message")).strip()
+def terminus_action(step: dict) -> str:
+    """A Terminus-2 agent step's action as JSON text: the raw response where the step kept it, else rebuilt (the
+    layout the scripted teacher writes) from Harbor's `Analysis:/Plan:` message and its tool calls."""
+    message = content_text(step.get("message")).strip()
     if "</think>" in message:  # reasoning a server left in the content: the action is what follows (as NeMo Gym's)
         message = message.rsplit("</think>", 1)[1].strip()
     if message.startswith(("{", "<response>")):  # raw model output kept (trajectory_config raw_content)
@@ -63,31 +66,31 @@ def trajectory_to_chat(trajectory: dict) -> dict:
             raise RecordError(f"steps[{index}]: must be an object")
         source = step.get("source")
         if source in ("system", "user"):
-            messages.append({"role": source, "content": _text(step.get("message"))})
+            messages.append({"role": source, "content": content_text(step.get("message"))})
         elif source == "agent":
             if terminus:
-                messages.append({"role": "assistant", "content": _terminus_action(step)})
-                observation = _observation_text(step)
+                messages.append({"role": "assistant", "content": terminus_action(step)})
+                observation = observation_text(step)
                 if observation:
                     messages.append({"role": "user", "content": observation})
                 continue
             calls = [{"id": call.get("tool_call_id"), "type": "function",
                       "function": {"name": call.get("function_name"), "arguments": call.get("arguments") or {}}}
                      for call in step.get("tool_calls") or [] if isinstance(call, dict)]
-            message = {"role": "assistant", "content": _text(step.get("message")), "tool_calls": calls}
+            message = {"role": "assistant", "content": content_text(step.get("message")), "tool_calls": calls}
             if step.get("reasoning_content"):
-                message["reasoning_content"] = _text(step["reasoning_content"])
+                message["reasoning_content"] = content_text(step["reasoning_content"])
             messages.append(message)
             names = {call["id"]: call["function"]["name"] for call in calls}
             for result in (step.get("observation") or {}).get("results") or []:
                 if calls:
                     tool = {"role": "tool", "tool_call_id": result.get("source_call_id"),
-                            "content": _text(result.get("content"))}
+                            "content": content_text(result.get("content"))}
                     if isinstance(names.get(tool["tool_call_id"]), str):
                         tool["name"] = names[tool["tool_call_id"]]
                     messages.append(tool)
                 else:
-                    messages.append({"role": "user", "content": _text(result.get("content"))})
+                    messages.append({"role": "user", "content": content_text(result.get("content"))})
         else:
             raise RecordError(f"steps[{index}]: source {source!r} is not one of system, user, agent")
     while messages and messages[-1]["role"] != "assistant":  # a trailing observation teaches nothing

@@ -5,5 +5,6 @@ reasoning.py: standard library only.
 Not imported by sandbox/ (standard library only). `bash_harness.py` is shared with the Harbor venv: the bash-tool
 harness that the agentic trainer and harbor_plugins/bash_tool_agent.py must speak alike. `model_families.py` is the
 one table of model families (templates, tool-call and reasoning formats, parsers, training support) that serving
-reads; `reasoning.py` splits a family's reasoning from its answer.
+reads; `reasoning.py` splits a family's reasoning from its answer; `terminus_actions.py` is the Terminus action
+schema the reward server scores against and the pivot-row builder checks with.
 """

@@ -167,8 +167,11 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
         wait_until_healthy(f"http://127.0.0.1:{port}", server, timeout=60,
                            details=lambda: log_path.read_text(errors="replace")[-2000:])
         # temperature 0: the teacher ignores it; the agent's settings otherwise as eval.run's defaults
+        # Terminus-2 keeps its chat as sent in each trial's result.json (agent_result.metadata.all_messages): the
+        # record `python -m trainers.data pivots` reads the prompts from (its trajectory.json keeps only parsed actions)
         settings = EvalSettings(suite=str(tasks_dir), agent=agent, concurrency=concurrency, jobs_dir=str(jobs_dir),
-                                temperature=0.0)
+                                temperature=0.0,
+                                extra_agent_kwargs={"store_all_messages": True} if agent == "terminus-2" else {})
         return evaluate_endpoint(f"http://127.0.0.1:{port}/v1", DEFAULT_MODEL, settings, progress=progress)
     finally:
         stop_process(server)

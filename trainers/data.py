@@ -5,7 +5,8 @@ Runs in: the training venv, on any CPU machine (the model's tokenizer, no GPU).
     python -m trainers.data render PATH --index I [--json] [--model_name_or_path M]
     python -m trainers.data decontaminate CORPUS... --against SUITE... [--n 13] [--json]
     python -m trainers.data prepare [--config configs/sft/X.yaml] [--num_proc N] [--json] [--key value ...]
-What each reports and how: docs/formats.md (inspect, render, decontaminate), docs/scaling.md (prepare).
+    python -m trainers.data pivots --jobs JOBS_DIR [JOBS_DIR ...] --out F.jsonl [--val_fraction X] [--json] [...]
+What each reports and how: docs/formats.md (inspect, render, decontaminate, pivots), docs/scaling.md (prepare).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import argparse
 import functools
 import json
 import random
+import re
 import statistics
 import sys
 
-from chat_corpus import decontaminate
+from chat_corpus import decontaminate, pivots
 from chat_corpus.cache import prepare_corpus
 from chat_corpus.masking import (TRUNCATION_POLICIES, fit_to_length, load_tokenizer, tokenize_chat,
                                  training_chat_template)
@@ -209,6 +211,48 @@ def decontaminate_command(args) -> int:
     return 0  # a report: contamination found is not a failure of the command
 
 
+def pivots_command(args) -> int:
+    from rewards.environments import AGENT_NAMES  # the names our reward server routes to terminus_judge
+
+    problems = []
+    if args.agent_name not in AGENT_NAMES or AGENT_NAMES[args.agent_name] != "terminus_judge":
+        routed = sorted(name for name, env in AGENT_NAMES.items() if env == "terminus_judge")
+        problems.append(f"--agent_name {args.agent_name}: not a name the reward server routes to terminus_judge "
+                        f"(one of {', '.join(routed)})")
+    if not 0 <= args.val_fraction < 1:
+        problems.append(f"--val_fraction {args.val_fraction}: must be in [0, 1)")
+    if args.max_per_task < 0 or args.max_keystroke_chars < 1:
+        problems.append("--max_per_task must be >= 0 (0: no cap) and --max_keystroke_chars >= 1")
+    for pattern in args.infra_pattern:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            problems.append(f"--infra_pattern {pattern!r}: not a regular expression ({err})")
+    if problems:
+        print(f"error: {problems[0]}", file=sys.stderr)
+        return 2
+    options = pivots.PivotOptions(min_reward=args.min_reward, max_per_task=args.max_per_task,
+                                  max_keystroke_chars=args.max_keystroke_chars,
+                                  infra_patterns=tuple(args.infra_pattern), agent_name=args.agent_name,
+                                  val_fraction=args.val_fraction, seed=args.seed, skip_invalid=args.skip_invalid)
+    try:
+        train, val, report = pivots.build_pivots(args.jobs, options)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    report.files["train"] = str(args.out)
+    pivots.write_rows(args.out, train)
+    if args.val_fraction:
+        report.files["val"] = str(pivots.val_path(args.out))
+        pivots.write_rows(report.files["val"], val)
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(pivots.summary_lines(report)))
+    return 0
+
+
 def prepare_command(argv: list[str]) -> int:
     """`prepare`: the recipe's config parsed by the recipe's parser, on CPU (a GPU config's bf16 and devices do
     not apply: the key has none of them), then the corpus prepared into its cache entry."""
@@ -288,12 +332,40 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--n", type=int, default=decontaminate.DEFAULT_N, help="n-gram size in words (default 13)")
     clean.add_argument("--format", default="auto", choices=FORMATS)
     clean.add_argument("--json", action="store_true", help="machine-readable output")
+    build = commands.add_parser("pivots", help="terminal-pivot rows (NeMo Gym terminus_judge) from Harbor Terminus-2 "
+                                "jobs", description=(
+        "One row per valid action of each passing Terminus-2 trajectory: the conversation as Terminus-2 sent it up to "
+        "that turn, the action as expected_answer. Rules and counts: docs/formats.md#pivot-rows-from-harbor-jobs."))
+    build.add_argument("--jobs", nargs="+", required=True, metavar="JOBS_DIR",
+                       help="Harbor job directories (or folders of them, or trial folders)")
+    build.add_argument("--out", required=True, metavar="F.jsonl", help="the rows; with --val_fraction the validation "
+                       "rows go to F.val.jsonl")
+    build.add_argument("--min_reward", type=float, default=1.0,
+                       help="keep trajectories whose verifier reward is at least this (default: %(default)s)")
+    build.add_argument("--max_per_task", type=int, default=pivots.MAX_PER_TASK,
+                       help="trajectories kept per task, a seeded choice (default: %(default)s; 0: all)")
+    build.add_argument("--max_keystroke_chars", type=int, default=pivots.MAX_KEYSTROKE_CHARS, help=(
+        "leave out actions whose keystrokes total more characters (default: %(default)s, where the reward's "
+        "similarity cuts each side)"))
+    build.add_argument("--infra_pattern", action="append", default=[], metavar="REGEX", help=(
+        "a regular expression of collection-infrastructure output, added to the built-in list; rows whose "
+        "conversation shows a match are left out (repeatable)"))
+    build.add_argument("--agent_name", default=pivots.DEFAULT_AGENT_NAME,
+                       help="agent_ref.name of the rows, routed to terminus_judge (default: %(default)s)")
+    build.add_argument("--val_fraction", type=float, default=0.0,
+                       help="share of trajectories whose rows go to the validation file (default: %(default)s)")
+    build.add_argument("--seed", type=int, default=0, help="seed of the per-task choice and the split")
+    build.add_argument("--skip_invalid", action="store_true",
+                       help="leave out (and count) trials whose trajectory.json cannot be read, instead of stopping")
+    build.add_argument("--json", action="store_true", help="print the summary as JSON")
     commands.add_parser("prepare", add_help=False, help="prepare an SFT config's corpus into the cache its run loads "
                         "(python -m trainers.data prepare --help)")
     args = parser.parse_args(argv)
 
     if args.command == "decontaminate":
         return decontaminate_command(args)
+    if args.command == "pivots":
+        return pivots_command(args)
     try:
         if args.command == "render" or not args.no_tokens:
             args.tokenizer = _load_tokenizer(args.model_name_or_path, chat_template_path=args.chat_template_path)

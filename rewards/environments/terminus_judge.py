@@ -17,20 +17,15 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from jsonschema.exceptions import best_match
-from openapi_schema_validator import OAS31Validator
 from pydantic import ConfigDict, Field
 
+from common.terminus_actions import MAX_SIMILARITY_CHARS, SCHEMAS, keystrokes, schema_errors
 from rewards.environments.base import HERE, Environment, EnvironmentConfig, base_fields
-from rewards.environments.terminus_schemas import SCHEMAS
 from rewards.judge import JudgeError
 from rewards.protocol import VerifyRequest, all_assistant_text, dump_create_params
 
 logger = logging.getLogger(__name__)
 
-for _schema in SCHEMAS.values():
-    OAS31Validator.check_schema(_schema)
-VALIDATORS = {harness: OAS31Validator(schema) for harness, schema in SCHEMAS.items()}
 REPO = HERE.parents[1]
 
 
@@ -51,7 +46,7 @@ class TerminusJudgeConfig(EnvironmentConfig):
     judge_not_equal_label: str = "[[A!=B]]"
     judge_params: dict[str, Any] = Field(default_factory=dict)  # chat-completions sampling keys (max_tokens, ...)
     # ours, not NeMo Gym's: the similarity's cost bound (characters per side) and the threads that compute it
-    max_similarity_chars: int = Field(3000, ge=1)
+    max_similarity_chars: int = Field(MAX_SIMILARITY_CHARS, ge=1)
     similarity_workers: int = Field(2, ge=1)
 
     def prompt_template(self) -> str:
@@ -79,16 +74,6 @@ class TerminusJudgeRequest(VerifyRequest):
     expected_answer: Optional[str] = None  # a JSON *string*; an object is a 422, as in NeMo Gym
     metadata: Optional[dict[str, Any]] = None
     threshold: Optional[float] = None
-
-
-def schema_errors(instance: Any, harness: str) -> Optional[str]:
-    """`openapi_schema_validator.validate(instance, schema)` without rebuilding the validator: the best error."""
-    error = best_match(VALIDATORS[harness].iter_errors(instance))
-    return None if error is None else error.message
-
-
-def keystrokes(action: dict) -> list[str]:
-    return [cmd.get("keystrokes", "") for cmd in action.get("commands", []) if "keystrokes" in cmd]
 
 
 def command_similarity(expected: dict, predicted: dict, max_chars: Optional[int] = None) -> tuple[float, bool]:

@@ -1,9 +1,21 @@
-"""The Terminus action schemas NeMo Gym's terminus_judge validates against (OpenAPI 3.0), keyed by `metadata.harness`.
-Runs in: the reward server's process: the training venv, or any Python >= 3.11 with FastAPI, pydantic and httpx.
+"""Terminus actions as NeMo Gym's terminus_judge reads them: the schemas (OpenAPI 3.0, keyed by `metadata.harness`).
+Runs in: the training venv (openapi-schema-validator): the reward server's terminus_judge and the pivot-row builder.
 
-terminus_1 and terminus_2; both forbid extra keys at the top level and inside each command.
+terminus_1 and terminus_2; both forbid extra keys at the top level and inside each command. `keystrokes` is what the
+similarity compares, each side cut to MAX_SIMILARITY_CHARS.
 The fields: docs/reward-server.md#the-environments-check-by-check.
 """
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from jsonschema.exceptions import best_match
+from openapi_schema_validator import OAS31Validator
+
+# each side of the keystroke similarity is cut to this (the reward server's default `max_similarity_chars`: difflib's
+# cost bound); the pivot-row builder leaves out actions with more keystrokes, whose score would see only a prefix
+MAX_SIMILARITY_CHARS = 3000
 
 TERMINUS_1_SCHEMA = {
     "title": "CommandBatchResponse",
@@ -57,3 +69,18 @@ TERMINUS_2_SCHEMA = {
 }
 
 SCHEMAS = {"terminus_1": TERMINUS_1_SCHEMA, "terminus_2": TERMINUS_2_SCHEMA}
+
+for _schema in SCHEMAS.values():
+    OAS31Validator.check_schema(_schema)
+VALIDATORS = {harness: OAS31Validator(schema) for harness, schema in SCHEMAS.items()}
+
+
+def schema_errors(instance: Any, harness: str) -> Optional[str]:
+    """`openapi_schema_validator.validate(instance, schema)` without rebuilding the validator: the best error."""
+    error = best_match(VALIDATORS[harness].iter_errors(instance))
+    return None if error is None else error.message
+
+
+def keystrokes(action: dict) -> list[str]:
+    """The keystrokes of an action's commands, in order (what the similarity joins and compares)."""
+    return [cmd.get("keystrokes", "") for cmd in action.get("commands", []) if "keystrokes" in cmd]
