@@ -56,6 +56,7 @@ class PivotOptions:
     val_fraction: float = 0.0
     seed: int = 0
     skip_invalid: bool = False
+    threshold: float | None = None  # the rows' `threshold` (the similarity terminus_judge requires); None: none
 
 
 @dataclass
@@ -366,6 +367,7 @@ class _Rows:
                          "task_complete": bool(action.get("task_complete", False)),
                          "turns_from": trajectory.turns_from},
             "agent_ref": {"type": "responses_api_agents", "name": self.options.agent_name},
+            **({"threshold": self.options.threshold} if self.options.threshold is not None else {}),
         }
 
 

@@ -221,6 +221,8 @@ def pivots_command(args) -> int:
                         f"(one of {', '.join(routed)})")
     if not 0 <= args.val_fraction < 1:
         problems.append(f"--val_fraction {args.val_fraction}: must be in [0, 1)")
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        problems.append(f"--threshold {args.threshold}: must be in (0, 1] (a keystroke similarity)")
     if args.max_per_task < 0 or args.max_keystroke_chars < 1:
         problems.append("--max_per_task must be >= 0 (0: no cap) and --max_keystroke_chars >= 1")
     for pattern in args.infra_pattern:
@@ -234,7 +236,8 @@ def pivots_command(args) -> int:
     options = pivots.PivotOptions(min_reward=args.min_reward, max_per_task=args.max_per_task,
                                   max_keystroke_chars=args.max_keystroke_chars,
                                   infra_patterns=tuple(args.infra_pattern), agent_name=args.agent_name,
-                                  val_fraction=args.val_fraction, seed=args.seed, skip_invalid=args.skip_invalid)
+                                  val_fraction=args.val_fraction, seed=args.seed, skip_invalid=args.skip_invalid,
+                                  threshold=args.threshold)
     try:
         train, val, report = pivots.build_pivots(args.jobs, options)
     except UserError as err:
@@ -352,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         "conversation shows a match are left out (repeatable)"))
     build.add_argument("--agent_name", default=pivots.DEFAULT_AGENT_NAME,
                        help="agent_ref.name of the rows, routed to terminus_judge (default: %(default)s)")
+    build.add_argument("--threshold", type=float, default=None, help=(
+        "each row's `threshold`: the keystroke similarity terminus_judge requires for reward 1 (the server's "
+        "default, 0.9 string-only, where unset; 1.0: the teacher's keystrokes exactly)"))
     build.add_argument("--val_fraction", type=float, default=0.0,
                        help="share of trajectories whose rows go to the validation file (default: %(default)s)")
     build.add_argument("--seed", type=int, default=0, help="seed of the per-task choice and the split")

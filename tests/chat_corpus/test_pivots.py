@@ -347,7 +347,8 @@ def test_bad_options_and_skip_invalid(tmp_path, capsys):
     out = str(tmp_path / "p.jsonl")
     for option, fragment in ((["--agent_name", "verifif_simple_agent"], "not a name the reward server routes"),
                              (["--val_fraction", "1"], "must be in [0, 1)"),
-                             (["--infra_pattern", "(unclosed"], "not a regular expression")):
+                             (["--infra_pattern", "(unclosed"], "not a regular expression"),
+                             (["--threshold", "1.5"], "must be in (0, 1]")):
         assert data_main(["pivots", "--jobs", str(jobs), "--out", out, *option]) == 2
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith("error: ") and fragment in line
@@ -356,6 +357,10 @@ def test_bad_options_and_skip_invalid(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["trajectories"]["dropped"]["invalid_trajectory"] == 1 and report["rows"]["written"] == 6
     assert {row["agent_ref"]["name"] for row in read_rows(Path(out))} == {"terminus_judge_simple_agent"}
+    assert all("threshold" not in row for row in read_rows(Path(out)))
+    assert data_main(["pivots", "--jobs", str(jobs), "--out", out, "--skip_invalid", "--threshold", "1.0"]) == 0
+    capsys.readouterr()
+    assert {row["threshold"] for row in read_rows(Path(out))} == {1.0}
 
 
 # ------------------------------------------------------------ a job the scripted teacher collected (Harbor, slow)
