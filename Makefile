@@ -1,6 +1,7 @@
 # make sft   : create .venv if missing, install, train the embedded default (tiny model, sample corpora, CPU)
 # make test  : create .venv if missing, install, run the whole test suite (CI's .ci/run calls this)
 # make learn : the learning run (recipes/learn.py): teacher trajectories -> SFT from scratch -> held-out pass rate by step
+# make learn-pivot : pivot GRPO from the learning run (recipes/learn_pivot.py): held-out decision-point reward and pass rate by step
 # make grpo-agentic : agentic GRPO (recipes/grpo_agentic.py): episodes in the local sandbox, the task's tests as reward
 # make test-fast : the suite minus the tests marked slow (multi-process runs, Harbor jobs): for the edit-test loop
 # make bench : the benchmarks in bench/, each against its baseline, side by side
@@ -18,7 +19,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
 comma := ,
 
-.PHONY: setup harbor sft learn grpo-agentic test test-fast bench clean
+.PHONY: setup harbor sft learn learn-pivot grpo-agentic test test-fast bench clean
 setup: $(VENV)/.installed harbor
 
 # Harbor (evals) lives in its own Python >= 3.12 venv, .venv-harbor: its pins differ from the training stack's
@@ -38,6 +39,9 @@ sft: setup
 
 learn: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(PY) recipes/learn.py $(ARGS)
+
+learn-pivot: setup
+	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(PY) recipes/learn_pivot.py $(ARGS)
 
 grpo-agentic: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/grpo_agentic.py $(ARGS)

@@ -1,0 +1,174 @@
+"""Pivot GRPO from the learning run's student: does scoring its next action against a teacher's raise held-out scores?
+
+    make learn                    # the start: outputs/learn (Terminus-2 harness)
+    make learn-pivot              # = python recipes/learn_pivot.py; everything in outputs/learn-pivot/
+    python recipes/learn_pivot.py [--config configs/grpo/pivot-learn.yaml] [--seed 0] [--start DIR]
+                                  [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...]
+
+Stage one of NVIDIA's two-stage recipe (pivot RL, then end-to-end agentic RL): at each decision point of a teacher's
+verified trajectory the policy writes the next Terminus-2 action, and string-only terminus_judge scores it against
+the teacher's. `--seed N` moves the train tasks (seed 3+N), the held-out tasks (1003+N) and the trainer's seed
+(42+N) together; the learning run used 1 and 1001, agentic GRPO 2 and 1002. Seed 0 writes the config's output_dir,
+seed N that folder with `-seedN`, each replaced on every run:
+  tasks/train, tasks/heldout         procedural Harbor tasks of the families (harbor_tasks/generate.py)
+  teacher/train, teacher/heldout     the scripted teacher in Terminus-2 (eval.scripted_teacher --collect)
+  pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots)
+  checkpoint-N/                      GRPO checkpoints (recipes/grpo.py with the config), checkpoint-0 the start, each
+                                     scored on tasks/heldout (Terminus-2, greedy) and on pivots/heldout.jsonl
+  curve.png, learn_pivot_summary.json   eval.compare's plot; seeds, counts, rewards, pass rates, timings, commands
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn_pivot.py), like the other recipes
+
+from common.errors import ConfigError  # noqa: E402
+from eval.compare import collect, plot, print_table  # noqa: E402
+from harbor_tasks.folder import task_seeds  # noqa: E402
+from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from trainers.recipe_config import exit_on_user_error  # noqa: E402
+
+DEFAULT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
+TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 3, 1003, 42  # + --seed
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python recipes/learn_pivot.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the GRPO config (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="moves train, held-out and trainer seeds together")
+    parser.add_argument("--start", help="the checkpoint GRPO starts from (default: the config's model_name_or_path)")
+    parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
+    parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
+    parser.add_argument("--families", help="comma-separated families (default: the config's `families`)")
+    parser.add_argument("--teacher_concurrency", type=int, default=16)
+    parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
+    parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
+    return parser.parse_args(argv)
+
+
+def stage(name: str, timings: dict):
+    print(f"\n=== learn-pivot: {name}", flush=True)
+    started = time.monotonic()
+    return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
+
+
+def build_pivots(job_dir: str, out: Path) -> dict:
+    """`python -m trainers.data pivots` on one teacher job; its summary (counts per rule)."""
+    command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out), "--json"]
+    print(" ".join(command), flush=True)
+    done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def curve(rows: list[dict], suite: str) -> list[tuple[int, float | None]]:
+    return sorted((row["step"], row["metrics"].get("mean_reward")) for row in rows
+                  if row["suite"] == suite and row["checkpoint"] != "final" and row["step"] is not None)
+
+
+def train_rewards(out: Path) -> list[tuple[int, float]]:
+    """The rollouts' mean reward per logged step (the last checkpoint's trainer_state.json): the train side."""
+    from common.checkpoints import last_complete_checkpoint
+
+    last = last_complete_checkpoint(str(out))
+    state = Path(last) / "trainer_state.json" if last else None
+    if state is None or not state.is_file():
+        return []
+    return [(entry["step"], round(entry["reward"], 4)) for entry in json.loads(state.read_text())["log_history"]
+            if "reward" in entry]
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        config = yaml.safe_load(args.config.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"--config {args.config}: {err}") from None
+    out = Path(config["output_dir"] + (f"-seed{args.seed}" if args.seed else ""))
+    start = args.start or config["model_name_or_path"]
+    if not (REPO / start / "config.json").is_file() and not (Path(start) / "config.json").is_file():
+        raise ConfigError(f"the start {start} is not a checkpoint folder (no config.json); run `make learn` first, "
+                          "or pass --start DIR")
+    families = (args.families.split(",") if args.families else list(config.get("families") or FAMILIES))
+    if unknown := sorted(set(families) - set(FAMILIES)):
+        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    seeds = {"train": TRAIN_SEED + args.seed, "heldout": HELDOUT_SEED + args.seed, "trainer": TRAINER_SEED + args.seed}
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    shutil.rmtree(out, ignore_errors=True)
+
+    done = stage("tasks", timings)
+    generate(out / "tasks" / "train", seeds["train"], args.train_tasks, families)
+    generate(out / "tasks" / "heldout", seeds["heldout"], args.heldout_tasks, families)
+    done()
+
+    done = stage("teacher trajectories (scripted teacher, Terminus-2 in the local sandbox)", timings)
+    from eval.scripted_teacher import collect as collect_teacher
+
+    teacher = {side: collect_teacher(out / "tasks" / side, out / "teacher" / side, args.teacher_concurrency)
+               for side in ("train", "heldout")}
+    done()
+
+    done = stage("decision points (python -m trainers.data pivots)", timings)
+    pivots = {side: build_pivots(teacher[side]["harbor_job_dir"], out / "pivots" / f"{side}.jsonl")
+              for side in ("train", "heldout")}
+    done()
+
+    done = stage("pivot GRPO (recipes/grpo.py), the start and every save scored on the held-out side", timings)
+    heldout_tasks, heldout_pivots = str(out / "tasks" / "heldout"), str(out / "pivots" / "heldout.jsonl")
+    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
+               "recipes/grpo.py", "--config", str(args.config), "--model_name_or_path", start,
+               "--output_dir", str(out), "--run_name", out.name, "--seed", str(seeds["trainer"]),
+               "--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", heldout_tasks, heldout_pivots,
+               *args.grpo_args]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO, check=True)
+    grpo = json.loads((out / "run_summary.json").read_text())
+    done()
+
+    done = stage("curves (eval.compare)", timings)
+    rows = collect([out])
+    print_table(rows)
+    plot(rows, out / "curve.png")
+    done()
+
+    summary = {
+        "start": start, "seed": args.seed, "seeds": seeds, "families": families,
+        "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
+        "teacher": {side: {"trials": t["metrics"].get("n_trials"), "solved": t["metrics"].get("mean_reward"),
+                           "job": t["harbor_job_dir"]} for side, t in teacher.items()},
+        "pivots": pivots,
+        "heldout_pass_rate": curve(rows, heldout_tasks), "heldout_decision_point_reward": curve(rows, heldout_pivots),
+        "train_reward_by_step": train_rewards(out),
+        "grpo": {key: grpo.get(key) for key in ("train_prompts", "too_long_filtered", "verify_requests",
+                                                "global_step", "final_loss", "wall_seconds")},
+        "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
+        "commands": {"this": " ".join(["python recipes/learn_pivot.py", *(argv if argv is not None else sys.argv[1:])]),
+                     "grpo": " ".join(command)},
+    }
+    (out / "learn_pivot_summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n=== learn-pivot: done in {summary['total_s'] / 60:.1f} min ("
+          + ", ".join(f"{name.split(' (')[0]} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
+    print(f"start {start}; seeds train {seeds['train']}, held-out {seeds['heldout']}, trainer {seeds['trainer']}; "
+          f"families {','.join(families)}")
+    print("decision points: " + ", ".join(f"{side} {p['rows']['written']} from {p['rows']['tasks']} tasks"
+                                          for side, p in pivots.items()))
+    print("held-out pass rate by step: " + ", ".join(f"{s}: {v}" for s, v in summary["heldout_pass_rate"]))
+    print("held-out decision-point reward by step: "
+          + ", ".join(f"{s}: {v}" for s, v in summary["heldout_decision_point_reward"]))
+    print(f"curve {out / 'curve.png'}, summary {out / 'learn_pivot_summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
