@@ -39,7 +39,7 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     out = tmp_path / "learn-pivot"
     summary = json.loads((out / "learn_pivot_summary.json").read_text())
     assert summary["start"] == start and summary["seeds"] == {"train": 3, "heldout": 1003, "trainer": 42}
-    assert summary["task_seeds"] == {"train": [3], "heldout": [1003]}
+    assert summary["task_seeds"] == {"train": {"3": 3}, "heldout": {"1003": 2}}  # seed -> tasks
     assert summary["teacher"]["train"]["solved"] == 1.0 and summary["teacher"]["heldout"]["trials"] == 2
     assert summary["pivots"]["train"]["rows"]["written"] == 6 and summary["pivots"]["heldout"]["rows"]["written"] == 4
     rows = [json.loads(line) for line in (out / "pivots" / "train.jsonl").read_text().splitlines()]
