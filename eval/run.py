@@ -10,9 +10,9 @@ Runs in: the training venv; it runs `.venv-harbor/bin/harbor run` as a subproces
     python -m eval.run --suite DIR --dry_run [--env ENV] [--env_kwargs "..."]    # preflight: can each task run?
 
 SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`), a local path to
-Harbor tasks, or a JSONL of decision points (eval/decision_points.py); `--env local` is this repo's sandbox. The options and their defaults are eval/settings.py's
-`EvalSettings`. Infrastructure failures are left out of the means and counted (--infra_errors zero counts them 0).
-Agents, served models, keys and outcomes: docs/evaluation.md.
+Harbor tasks, or a JSONL of decision points (eval/decision_points.py); `--env local` is this repo's sandbox. The
+options and defaults are eval/settings.py's `EvalSettings`. Infrastructure failures are left out of the means and
+counted (--infra_errors zero counts them 0). Agents, served models, keys and outcomes: docs/evaluation.md.
 """
 
 from __future__ import annotations
