@@ -22,7 +22,7 @@ from common.checkpoints import global_step
 from common.errors import UserError
 from eval.metrics import compute_metrics
 from eval.results import build_results
-from eval.serve import checkpoint_family, resolve_checkpoint, serve_checkpoint
+from eval.serve import checkpoint_family, eval_served_name, resolve_checkpoint, serve_checkpoint
 from harbor_tasks.verdict import INFRA_FAILURE, SCORED
 from rewards.client import RewardClient, RewardClientConfig, completion_parts
 from rewards.local import local_reward_server
@@ -106,7 +106,7 @@ def evaluate_decision_points(checkpoint: str, settings, results_file: str, progr
     rows = read_rows(settings.suite)
     checkpoint_dir, started = Path(checkpoint), time.monotonic()
     family = checkpoint_family(resolve_checkpoint(checkpoint), settings.model_family)
-    name = "-".join(part for part in (checkpoint_dir.resolve().parent.name, checkpoint_dir.name) if part)
+    name = eval_served_name(checkpoint)
     with serve_checkpoint(checkpoint, served_model_name=name, model_family=settings.model_family) as served, \
             local_reward_server() as reward_url:
         progress(f"eval: {settings.suite} ({len(rows)} decision points) on {checkpoint} (served at {served.base_url} "

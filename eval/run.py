@@ -34,7 +34,7 @@ from eval.decision_points import evaluate_decision_points, is_decision_point_sui
 from eval.job_dir import read_job
 from eval.preflight import parse_env_kwargs, preflight, report_lines
 from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
-from eval.serve import sanitize_model_name, serve_checkpoint
+from eval.serve import eval_served_name, sanitize_model_name, serve_checkpoint
 from eval.settings import EvalSettings
 from eval.wandb_log import log_to_run
 from harbor_tasks.suites import BUILTIN_SUITES, is_dataset_name
@@ -156,8 +156,7 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     jobs_dir.mkdir(parents=True, exist_ok=True)
     job_name = f"{suite_slug(settings.suite)}-{settings.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
-    # a distinct served name per run and checkpoint: Harbor keys its results by model name
-    name = "-".join(part for part in (checkpoint_dir.resolve().parent.name, checkpoint_dir.name) if part)
+    name = eval_served_name(checkpoint)
     serving = (serve_checkpoint(checkpoint, served_model_name=name, model_family=settings.model_family)
                if settings.agent in eval_settings.MODEL_AGENTS else nullcontext(None))
     with serving as served:

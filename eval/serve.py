@@ -48,6 +48,13 @@ def sanitize_model_name(name: str) -> str:
     return clean or "model"
 
 
+def eval_served_name(checkpoint: str) -> str:
+    """The name an eval serves a checkpoint under, distinct per run and step (`<run dir>-<checkpoint dir>`): Harbor
+    keys its results by model name."""
+    folder = Path(checkpoint)
+    return "-".join(part for part in (folder.resolve().parent.name, folder.name) if part)
+
+
 def default_served_name(checkpoint: str) -> str:
     """The checkpoint dir's name (`checkpoint-20`), or the built-in model's name (`tiny-qwen3`)."""
     if checkpoint.startswith("builtin:"):
