@@ -3,7 +3,7 @@
     make learn                    # the start: outputs/learn (Terminus-2 harness)
     make learn-pivot              # = python recipes/learn_pivot.py; everything in outputs/learn-pivot/
     python recipes/learn_pivot.py [--config configs/grpo/pivot-learn.yaml] [--seed 0] [--start DIR]
-                                  [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...]
+                                  [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...] [--threshold 1.0]
 
 Stage one of NVIDIA's two-stage recipe (pivot RL, then end-to-end agentic RL): at each decision point of a teacher's
 verified trajectory the policy writes the next Terminus-2 action, and string-only terminus_judge scores it against
@@ -50,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
     parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
     parser.add_argument("--families", help="comma-separated families (default: the config's `families`)")
+    parser.add_argument("--threshold", type=float, default=1.0,
+                        help="the rows' keystroke similarity for reward 1, train and held-out (default: %(default)s, "
+                             "exact: a wrong digit or name fails these tasks yet is 0.9 similar; NVIDIA's set: 0.9)")
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
@@ -62,9 +65,10 @@ def stage(name: str, timings: dict):
     return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
 
 
-def build_pivots(job_dir: str, out: Path) -> dict:
+def build_pivots(job_dir: str, out: Path, threshold: float) -> dict:
     """`python -m trainers.data pivots` on one teacher job; its summary (counts per rule)."""
-    command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out), "--json"]
+    command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out),
+               "--threshold", str(threshold), "--json"]
     print(" ".join(command), flush=True)
     done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
@@ -120,7 +124,7 @@ def main(argv=None) -> int:
     done()
 
     done = stage("decision points (python -m trainers.data pivots)", timings)
-    pivots = {side: build_pivots(teacher[side]["harbor_job_dir"], out / "pivots" / f"{side}.jsonl")
+    pivots = {side: build_pivots(teacher[side]["harbor_job_dir"], out / "pivots" / f"{side}.jsonl", args.threshold)
               for side in ("train", "heldout")}
     done()
 
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
     done()
 
     summary = {
-        "start": start, "seed": args.seed, "seeds": seeds, "families": families,
+        "start": start, "seed": args.seed, "seeds": seeds, "families": families, "threshold": args.threshold,
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
         "teacher": {side: {"trials": t["metrics"].get("n_trials"), "solved": t["metrics"].get("mean_reward"),
                            "job": t["harbor_job_dir"]} for side, t in teacher.items()},

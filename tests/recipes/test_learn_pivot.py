@@ -44,6 +44,7 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     assert summary["pivots"]["train"]["rows"]["written"] == 6 and summary["pivots"]["heldout"]["rows"]["written"] == 4
     rows = [json.loads(line) for line in (out / "pivots" / "train.jsonl").read_text().splitlines()]
     assert {row["metadata"]["task"].split("/")[-1].rsplit("-", 2)[0] for row in rows} <= {"count-lines", "write-value"}
+    assert summary["threshold"] == 1.0 and {row["threshold"] for row in rows} == {1.0}  # exact keystrokes by default
     # the start (checkpoint-0) and the one save, each on both held-out suites
     assert [step for step, _ in summary["heldout_pass_rate"]] == [0, 1]
     assert [step for step, _ in summary["heldout_decision_point_reward"]] == [0, 1]
