@@ -121,7 +121,7 @@ class Sandbox:
         self._lifeline_w: int | None = None
         self._cgroup: Cgroup | None = None
         self._userns = False
-        self._dockerfile_env: dict[str, str] = {}
+        self._dockerfile_env: dict[str, str] = {}  # the image's Env with the Dockerfile's ENV over it
         self._default_user: str | None = None  # the final USER of the image or the Dockerfile
         self._warned_users: set[str] = set()
         self._running: set[asyncio.subprocess.Process] = set()
@@ -436,15 +436,19 @@ class Sandbox:
                            + (f": {' '.join(lines)[-500:]}" if lines else ""))
 
     async def _prepare(self) -> None:
+        """Replay the Dockerfile (sandbox/dockerfile.py), then take its final ENV, USER and WORKDIR (made if missing)."""
         cfg = self.config
-        df = cfg.environment_dir / "Dockerfile" if cfg.environment_dir else None
-        self.workdir = cfg.workdir or (dockerfile.workdir(df) if df else None) or "/app"
+        build = None
+        if cfg.environment_dir is not None and cfg.dockerfile == "emulate":
+            build = dockerfile.plan(cfg.environment_dir / "Dockerfile", cfg.build_args, cfg.image_env,
+                                    cfg.image_workdir, cfg.image_user)
+            await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
+        self.workdir = cfg.workdir or (build.workdir if build else cfg.image_workdir) or "/app"
         res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
-        if df is not None and cfg.dockerfile == "emulate":
-            await dockerfile.replay(self, df, cfg.environment_dir, self._dockerfile_env,
-                                    cfg.build_timeout_sec, self.logger)
+        self._dockerfile_env = dict(build.env if build else cfg.image_env)
+        self._default_user = build.user if build else cfg.image_user
 
     # ------------------------------------------------------------------ commands and files
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
