@@ -131,12 +131,12 @@ def test_arg_and_env_follow_docker(tmp_path):
         RUN echo "$NAME|${UNSET:-none}|$GREETING|$COPY_OF|$KIND|$OLD" > /built.txt
         WORKDIR /srv/${NAME}
         WORKDIR sub
-        """), build_args={"NAME": "bench"})
+        """), build_args={"NAME": "bench"}, image_env={"IMG": "img", "KIND": "the image's"})
     with box:
-        r = box.exec('cat /built.txt; pwd; echo "${NAME-unset}|$GREETING|$COPY_OF|$KIND"')
+        r = box.exec('cat /built.txt; pwd; echo "${NAME-unset}|$GREETING|$COPY_OF|$KIND|$IMG"')
     assert r.stdout == ("bench|none|bye|hello bench|slim|not-in-this-stage\n"  # a RUN sees ARG and ENV
                         "/srv/bench/sub\n"                                        # WORKDIR: expanded, relative
-                        "unset|bye|hello bench|slim\n"), r                        # ENV persists, ARG does not
+                        "unset|bye|hello bench|slim|img\n"), r  # ENV persists over the image's, ARG does not
 
 
 @needs_namespaces
