@@ -409,7 +409,7 @@ class _Planner:
         if "from" in opts:
             self.skip(ins, f"{ins.op} --from", "no other stage or image is kept: the step is skipped")
             return
-        for name in opts.keys() - COPY_FLAGS:
+        for name in [n for n in opts if n not in COPY_FLAGS]:
             self.skip(ins, f"{ins.op} --{name}", "the flag is not obeyed: the files are copied without it")
         chmod = opts.get("chmod")
         if chmod is not None and not re.fullmatch(r"[0-7]{3,4}", chmod):
