@@ -179,9 +179,11 @@ class _Words:
             if modifier == "}" and not colon:
                 self.i += 1
                 return self.env.get(name.group(), "")
+            if "}" not in self.s[self.i:]:
+                raise ValueError(f"${{{name.group()}...: the }} is missing")
             if modifier not in ("-", "+", "?"):
                 raise ValueError(f"${{{name.group()}{rest}...}}: only ${{NAME}}, ${{NAME:-word}}, ${{NAME:+word}} and "
-                                 "${NAME:?word} (with or without the colon) are obeyed here; is a } missing?")
+                                 "${NAME:?word} (with or without the colon) are obeyed here")
             self.i += 1 + colon
             word = self.run(split=False, stop="}")[0]
             if self.i >= len(self.s):

@@ -198,10 +198,18 @@ def test_shell_changes_later_runs(tmp_path):
         SHELL ["/bin/bash", "-o", "pipefail", "-c"]
         RUN [[ -n "$BASH_VERSION" ]] && echo bash >> /shells
         RUN ["/bin/sh", "-c", "echo exec-form >> /shells"]
+        RUN <<EOF
+        #!/usr/bin/env python3
+        open("/shells", "a").write("a heredoc with its own interpreter\\n")
+        EOF
+        RUN cat >> /shells <<'EOF'
+        a heredoc as input, $NOT_EXPANDED
+        EOF
         """))
     with box:
         r = box.exec("cat /shells")
-    assert r.stdout == "sh:none\nbash\nexec-form\n", r
+    assert r.stdout == ("sh:none\nbash\nexec-form\na heredoc with its own interpreter\n"
+                        "a heredoc as input, $NOT_EXPANDED\n"), r
 
 
 @needs_namespaces
