@@ -357,3 +357,15 @@ def test_a_stage_inherits_the_stage_it_names(tmp_path):
     alone = dockerfile.plan(tmp_path / "nothing", image_env={"PATH": "/img/bin"}, image_workdir="/img",
                             image_user="5:5")
     assert (alone.env, alone.workdir, alone.user, alone.steps) == ({"PATH": "/img/bin"}, "/img", "5:5", [])
+
+
+@needs_namespaces
+def test_in_a_user_namespace_a_user_is_root_and_said_once(tmp_path, caplog):
+    """An ordinary user's sandbox maps only root: USER, later RUNs, --chown and WORKDIR's owner are root there."""
+    (tmp_path / "f.txt").write_text("x\n")
+    box = _started(tmp_path, "FROM debian\nRUN useradd -u 4321 app\nUSER app\nWORKDIR /w\nCOPY --chown=app f.txt ./\n"
+                             "RUN id -u > /tmp/uid\n", mode="userns", limits="best-effort")
+    with caplog.at_level(logging.WARNING), box:
+        r = box.exec("cat /tmp/uid; id -u; stat -c %u /w /w/f.txt")
+    assert r.stdout == "0\n0\n0\n0\n", r
+    assert len([m for m in caplog.messages if "only root is mapped; 'app' is root here" in m]) == 1
