@@ -436,7 +436,7 @@ class Sandbox:
                            + (f": {' '.join(lines)[-500:]}" if lines else ""))
 
     async def _prepare(self) -> None:
-        """Replay the Dockerfile (sandbox/dockerfile.py), then take its final ENV, USER and WORKDIR (made if missing)."""
+        """Replay the Dockerfile (sandbox/dockerfile.py); take its final ENV, USER and WORKDIR (made if missing)."""
         cfg = self.config
         build = None
         if cfg.environment_dir is not None and cfg.dockerfile == "emulate":
@@ -500,7 +500,7 @@ class Sandbox:
         await self._transfer(transfer.upload_dir, source, target_dir, owner, mode)
 
     async def make_dir(self, path: str, owner: tuple[int, int] | None = None) -> None:
-        """``mkdir -p path``, the folders it makes owned by ``owner`` (uid, gid) when given, by the host (as uploads)."""
+        """``mkdir -p path``, the folders it makes owned by ``owner`` (uid, gid) when given; the host makes them."""
         await self._transfer(transfer.make_dirs, path, owner)
 
     def owner(self, spec: str | None) -> tuple[int, int] | None:

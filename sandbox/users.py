@@ -59,8 +59,8 @@ def exec_user(root: Root, spec: str) -> ExecUser:
     the user's own gid and every group of /etc/group that lists the name."""
     name, _, group = spec.partition(":")
     uid = _number(name)
-    entry = next((e for e in _entries(root, "/etc/passwd", 7) if e[0] == name or (uid is not None and int(e[2]) == uid)),
-                 None)
+    entry = next((e for e in _entries(root, "/etc/passwd", 7)
+                  if e[0] == name or (uid is not None and int(e[2]) == uid)), None)
     if entry is None and uid is None:
         raise LookupError(f"no user {name!r} in the sandbox's /etc/passwd")
     if entry is not None:

@@ -173,7 +173,7 @@ def test_preflight_names_what_the_dockerfile_replay_does_not_obey(tmp_path):
     assert report["multi-stage"]["verdict"] == "differs"
     named = {n.split(": ")[0]: n for n in notes}
     assert sorted(k for k in named if k.startswith("environment/Dockerfile:")) == [
-        f"environment/Dockerfile:{line}" for line in (3, 4, 5, 6, 7)]  # RUN --mount, FROM, COPY --from, USER, HEALTHCHECK
+        f"environment/Dockerfile:{line}" for line in (3, 4, 5, 6, 7)]  # RUN --mount, FROM, COPY --from, USER, ...
     assert "COPY --from: no other stage or image is kept" in named["environment/Dockerfile:5"]
     assert "USER nobody: runs as root" in named["environment/Dockerfile:6"]  # mode=userns maps only root
     assert "build_args UNUSED: no ARG of the Dockerfile declares them" in notes

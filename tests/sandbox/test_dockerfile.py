@@ -110,7 +110,7 @@ def test_a_dockerfile_that_is_no_regular_file_or_huge_is_refused(tmp_path, kind)
 
 # ---------------------------------------------------------------- Docker's semantics, through a sandbox's start
 def _started(ctx: Path, dockerfile: str, **config):
-    """A BlockingSandbox (start it with ``with``) whose build context is ``ctx`` and whose Dockerfile is ``dockerfile``."""
+    """A BlockingSandbox (started by ``with``) whose build context is ``ctx``, its Dockerfile ``dockerfile``."""
     from sandbox import BlockingSandbox, SandboxConfig
 
     (ctx / "Dockerfile").write_text(dockerfile)
