@@ -20,6 +20,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities, Environmen
 from harbor.models.trial.paths import EnvironmentPaths
 
 from harbor_tasks.evidence import TESTS_DIR, VerifierWatch
+from harbor_tasks.folder import TaskFolder
 from harbor_tasks.verdict import TAMPER_FILE, TEST_STDOUT, VERIFIER_DIR, judge_verifier_run
 from sandbox import EnvironmentBuildError, Sandbox, SandboxConfig, SandboxError, dockerfile, missing_host_tools
 from sandbox.config import NETWORKS
@@ -306,6 +307,11 @@ class LocalSandboxEnvironment(BaseEnvironment):
                 path.write_text(text)
 
     # ------------------------------------------------------------------ mapping
+    @property
+    def _build_args(self) -> dict[str, str]:
+        """The task's `[environment] build_args` (Harbor's model of the section drops keys it does not know)."""
+        return TaskFolder.of(self.environment_dir.parent).build_args
+
     def _running(self) -> Sandbox:
         if self._sandbox is None:
             raise SandboxError("local sandbox not started")
@@ -315,7 +321,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         """(the unpacked image, whether it is the task's own docker_image) with --ek images/pull; else (None, False).
         Blocking (it may unpack or pull): run in a thread."""
         cfg = self.task_env_config
-        base = dockerfile.base_image(self.environment_dir / "Dockerfile")
+        base = dockerfile.base_image(self.environment_dir / "Dockerfile", self._build_args)
         if not (self._images_file or self._pull):
             if cfg.docker_image or base:
                 self.logger.info(f"local sandbox: image {cfg.docker_image or base} noted, not obeyed: the host's "
@@ -348,14 +354,17 @@ class LocalSandboxEnvironment(BaseEnvironment):
             memory_mb=self._effective_memory_mb or self._default_memory_mb,
             storage_mb=cfg.storage_mb or self._default_storage_mb,
             cpus=self._effective_cpus,
-            workdir=cfg.workdir or (root.workdir if root else None),
+            workdir=cfg.workdir,
             environment_dir=self.environment_dir,
             # the task's own image holds its build already; otherwise the Dockerfile is replayed (docker_image or not)
             dockerfile="ignore" if own_image else self._dockerfile_mode,
             build_timeout_sec=int(cfg.build_timeout_sec or 600),
+            build_args=self._build_args,
+            image_env=dict(root.env) if root else {},
+            image_workdir=root.workdir if root else None,
+            image_user=root.user if root else None,
             hide=[str(p) for p in hide],
             expose=self._expose,
-            env=dict(root.env) if root else {},
             network=self._network if not self._network_disabled else "none",
             rootfs=root.rootfs if root else None,
             name=self.session_id.replace("/", "_"),

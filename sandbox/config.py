@@ -30,9 +30,12 @@ class SandboxConfig:
     write together may hold: a tmpfs, or as root where it exceeds the memory budget (``tmpfs_budget_mb``) an ext4
     of that size on disk, in ``disk_dir``, default the temporary folder), ``cpus`` (CPU quota, root mode only;
     None = no quota).
-    ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else ``/app``.
-    ``environment_dir``: the build context holding a ``Dockerfile`` whose subset is replayed at start
-    when ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each). ``hide``: host
+    ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else the image's, else
+    ``/app``. ``environment_dir``: the build context holding a ``Dockerfile`` that is replayed at start when
+    ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each; its ``ARG`` values ``build_args``,
+    as ``docker build --build-arg``). ``image_env``, ``image_workdir``, ``image_user``: what the base image's config
+    sets (its ``Env``, ``WorkingDir``, ``User``), under the Dockerfile's ``ENV``, ``WORKDIR`` and ``USER``; the
+    final ``USER`` is whom ``exec`` runs as by default. ``hide``: host
     paths covered by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
     Of the host the sandbox sees only ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc`` (password
     hashes and private keys removed) and the package databases of ``/var``; ``expose``: more host
@@ -40,7 +43,7 @@ class SandboxConfig:
     command's stdout and stderr only this much is kept (the rest is dropped, a note appended);
     ``max_download_bytes``: a downloaded file over it fails, files over it in a downloaded folder are
     skipped (a warning), a folder stream over it in all fails (sparse files count their full size).
-    ``env``: variables of every command, over PATH/HOME/LANG and the Dockerfile's ``ENV``; nothing of
+    ``env``: variables of every command, over PATH/HOME/LANG, the image's and the Dockerfile's ``ENV``; nothing of
     this process's own environment is passed in. ``name``: names the cgroup and the PID 1 process.
     ``network``: ``none`` (loopback only; a resolver on 127.0.0.1 answers no name and records the names asked,
     ``Sandbox.names_asked``), or user-mode networking by ``pasta`` or ``slirp4netns`` (the host programs, Debian
@@ -62,6 +65,10 @@ class SandboxConfig:
     environment_dir: Path | None = None
     dockerfile: str = "emulate"
     build_timeout_sec: float = 600
+    build_args: dict[str, str] = field(default_factory=dict)
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_workdir: str | None = None
+    image_user: str | None = None
     hide: list[str] = field(default_factory=list)
     expose: list[str] = field(default_factory=list)
     max_output_bytes: int = 16 * 1024 * 1024

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, transfer
+from sandbox import dockerfile, transfer, users
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -121,8 +121,9 @@ class Sandbox:
         self._lifeline_w: int | None = None
         self._cgroup: Cgroup | None = None
         self._userns = False
-        self._dockerfile_env: dict[str, str] = {}
-        self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
+        self._dockerfile_env: dict[str, str] = {}  # the image's Env with the Dockerfile's ENV over it
+        self._default_user: str | None = None  # the final USER of the image or the Dockerfile
+        self._warned_users: set[str] = set()
         self._running: set[asyncio.subprocess.Process] = set()
         self._report_r: int | None = None
         self._reading: asyncio.AbstractEventLoop | None = None
@@ -152,6 +153,17 @@ class Sandbox:
     def command_path(self, env: dict[str, str] | None = None) -> str:
         """The PATH a command run with ``env`` gets (the task's and the Dockerfile's ENV, else the default)."""
         return {**self._dockerfile_env, **self.config.env, **(env or {})}.get("PATH") or DEFAULT_PATH
+
+    @property
+    def default_user(self) -> str | None:
+        """Whom ``exec`` runs as when no user is given: the final ``USER`` of the Dockerfile or the image (None: root),
+        as ``docker exec`` defaults to the image's."""
+        return self._default_user
+
+    @property
+    def userns(self) -> bool:
+        """Whether the sandbox runs in a user namespace (an ordinary user's sandbox), where only root is mapped."""
+        return self._userns
 
     @property
     def userland(self) -> str:
@@ -424,21 +436,26 @@ class Sandbox:
                            + (f": {' '.join(lines)[-500:]}" if lines else ""))
 
     async def _prepare(self) -> None:
+        """Replay the Dockerfile (sandbox/dockerfile.py); take its final ENV, USER and WORKDIR (made if missing)."""
         cfg = self.config
-        df = cfg.environment_dir / "Dockerfile" if cfg.environment_dir else None
-        self.workdir = cfg.workdir or (dockerfile.workdir(df) if df else None) or "/app"
+        build = None
+        if cfg.environment_dir is not None and cfg.dockerfile == "emulate":
+            build = dockerfile.plan(cfg.environment_dir / "Dockerfile", cfg.build_args, cfg.image_env,
+                                    cfg.image_workdir, cfg.image_user)
+            await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
+        self.workdir = cfg.workdir or (build.workdir if build else cfg.image_workdir) or "/app"
         res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
-        if df is not None and cfg.dockerfile == "emulate":
-            await dockerfile.replay(self, df, cfg.environment_dir, self._dockerfile_env,
-                                    cfg.build_timeout_sec, self.logger)
+        self._dockerfile_env = dict(build.env if build else cfg.image_env)
+        self._default_user = build.user if build else cfg.image_user
 
     # ------------------------------------------------------------------ commands and files
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: float | None = None, user: str | int | None = None,
                    until_exit: bool = False) -> ExecResult:
-        """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: root).
+        """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: ``default_user``,
+        else root).
 
         Raises ``SandboxExecTimeoutError`` past ``timeout_sec``; then, and when the call is cancelled,
         the command's whole process group is killed. ``until_exit``: the output is read until the command exits (and
@@ -463,20 +480,64 @@ class Sandbox:
             rc = 137
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
-    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root. The host writes it
-        itself, beneath the sandbox's root (sandbox/transfer.py): no program of the sandbox runs."""
+    async def upload_file(self, source_path: Path | str, target_path: str, owner: tuple[int, int] | None = None,
+                          mode: int | None = None) -> None:
+        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root or ``owner`` (uid, gid;
+        see ``owner()``), with its mode or ``mode``. The host writes it itself, beneath the sandbox's root
+        (sandbox/transfer.py): no program of the sandbox runs."""
         source = Path(source_path)
         if not source.is_file():
             raise FileNotFoundError(f"Source file not found: {source}")
-        await self._transfer(transfer.upload_file, source, target_path)
+        await self._transfer(transfer.upload_file, source, target_path, owner, mode)
 
-    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy the contents of a host folder into ``target_dir`` (created), owned by root; links stay links."""
+    async def upload_dir(self, source_dir: Path | str, target_dir: str, owner: tuple[int, int] | None = None,
+                         mode: int | None = None) -> None:
+        """Copy the contents of a host folder into ``target_dir`` (created), owned by root or ``owner``, with their
+        modes or ``mode``; links stay links."""
         source = Path(source_dir)
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory not found: {source}")
-        await self._transfer(transfer.upload_dir, source, target_dir)
+        await self._transfer(transfer.upload_dir, source, target_dir, owner, mode)
+
+    async def make_dir(self, path: str, owner: tuple[int, int] | None = None) -> None:
+        """``mkdir -p path``, the folders it makes owned by ``owner`` (uid, gid) when given; the host makes them."""
+        await self._transfer(transfer.make_dirs, path, owner)
+
+    def owner(self, spec: str | None) -> tuple[int, int] | None:
+        """The (uid, gid) that ``COPY --chown=spec`` gives, read from the sandbox's /etc/passwd and /etc/group
+        (sandbox/users.py); None for root, and in user-namespace mode, where only root is mapped (a warning says
+        so). ``SandboxError`` names a user or group the sandbox lacks."""
+        if spec is None or spec in users.ROOT_SPECS:
+            return None
+        with self.root() as root:
+            try:
+                ids = users.owner(root, spec)
+            except LookupError as err:
+                raise SandboxError(str(err)) from None
+        return None if ids == (0, 0) or self._only_root(spec) else ids
+
+    def exec_user(self, user: str | int | None = None) -> users.ExecUser:
+        """Whom ``exec(user=user)`` runs as, read from the sandbox's /etc/passwd and /etc/group as ``docker exec``
+        reads them (sandbox/users.py); ``SandboxError`` names a user or group the sandbox lacks. In user-namespace
+        mode only root is mapped: anyone else runs as root (a warning says so)."""
+        user = self._default_user if user is None else user
+        spec = str(user)
+        if user is None or spec in users.ROOT_SPECS:
+            return users.ROOT
+        with self.root() as root:
+            try:
+                found = users.exec_user(root, spec)
+            except LookupError as err:
+                raise SandboxError(str(err)) from None
+        return users.ROOT if (found.uid or found.gid) and self._only_root(spec) else found
+
+    def _only_root(self, spec: str) -> bool:
+        """In user-namespace mode, whether (saying so once per user) ``spec`` becomes root."""
+        if self._userns and spec not in self._warned_users:
+            self._warned_users.add(spec)
+            self.logger.warning(f"local sandbox (user namespace): only root is mapped; {spec!r} is root here "
+                                "(as root, mode=root runs it as itself)")
+        return self._userns
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a sandbox file to ``target_path`` on the host (parent folders created); a file over
@@ -553,39 +614,12 @@ class Sandbox:
             argv += [f"--nproc={cfg.max_processes}", f"--data={cfg.memory_mb * 1024 * 1024}"]
         return argv + ["--"]
 
-    async def _user_spec(self, user) -> dict:
-        """uid, gid, supplementary groups and HOME of ``user`` (root in user-namespace mode)."""
-        if user is None or str(user) in ("root", "0"):
-            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
-        if self._userns:
-            self.logger.warning(f"local sandbox (user namespace): only root is mapped; running as root, not {user!r}")
-            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
-        uid, gid, home, groups = await self._lookup_user(user)
-        return {"uid": uid, "gid": gid, "groups": groups, "home": home, "name": str(user)}
-
     async def _inner_argv(self, argv: list[str], user, env: dict[str, str]) -> tuple[list[str], dict]:
-        spec = await self._user_spec(user)
-        env.setdefault("HOME", spec["home"])
-        if spec["uid"] != 0:
-            env.setdefault("USER", spec["name"])
-        return argv, spec
-
-    async def _lookup_user(self, user) -> tuple[int, int, str, list[int]]:
-        key = str(user)
-        if key not in self._uid_cache:
-            q = shlex.quote(key)
-            rc, out, err = await self._run(
-                ["/bin/sh", "-c", f"id -u {q} && id -g {q} && (getent passwd {q} | cut -d: -f6) && id -G {q}"],
-                timeout=30, env={})
-            lines = out.decode().splitlines()
-            if rc != 0 or len(lines) < 2:
-                if key.isdigit():
-                    return int(key), int(key), "/", [int(key)]
-                raise SandboxError(f"user {user!r} does not exist in the sandbox: {err.decode().strip()}")
-            home = lines[2] if len(lines) > 2 and lines[2].startswith("/") else "/"
-            groups = [int(g) for g in lines[-1].split() if g.isdigit()] if len(lines) > 3 else [int(lines[1])]
-            self._uid_cache[key] = (int(lines[0]), int(lines[1]), home, groups)
-        return self._uid_cache[key]
+        u = self.exec_user(user)
+        env.setdefault("HOME", u.home)
+        if u.uid != 0:
+            env.setdefault("USER", u.name)
+        return argv, {"uid": u.uid, "gid": u.gid, "groups": list(u.groups)}
 
     def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
         """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
