@@ -1,9 +1,9 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.py, ``stop``
-(or this process's death, or ``wall_sec``) kills PID 1 and with it every process inside; ``names_asked`` reports
-the names the sandbox's resolver refused.
+``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through the compiled helper
+(sandbox/enter.c; sandbox/entry.py) or sandbox/enter.py, ``stop`` (or this process's death, or ``wall_sec``) kills
+PID 1 and with it every process inside; ``names_asked`` reports the names the sandbox's resolver refused.
 How: docs/sandbox.md#inside-the-modules; the network: docs/sandbox.md#what-is-isolated.
 """
 
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, transfer
+from sandbox import dockerfile, entry, transfer
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -545,13 +545,17 @@ class Sandbox:
                                    "use mode=root (cgroups) or --ek limits=best-effort")
             self._userns = True
 
-    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+    def _rlimits(self) -> dict[str, int]:
+        """prlimit's name -> the value (soft and hard) of each resource limit every process of the sandbox gets."""
         cfg = self.config
-        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
-        argv += ["prlimit", f"--cpu={cfg.cpu_time_sec}", "--core=0"]
+        out = {"cpu": cfg.cpu_time_sec, "core": 0}
         if self._userns:
-            argv += [f"--nproc={cfg.max_processes}", f"--data={cfg.memory_mb * 1024 * 1024}"]
-        return argv + ["--"]
+            out |= {"nproc": cfg.max_processes, "data": cfg.memory_mb * 1024 * 1024}
+        return out
+
+    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
+        return argv + ["prlimit", *(f"--{name}={value}" for name, value in self._rlimits().items()), "--"]
 
     async def _user_spec(self, user) -> dict:
         """uid, gid, supplementary groups and HOME of ``user`` (root in user-namespace mode)."""
@@ -588,14 +592,26 @@ class Sandbox:
         return self._uid_cache[key]
 
     def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
-        """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
+        """The host command that runs ``inner`` in the sandbox, and the memfd with its spec: the compiled helper
+        (sandbox/enter.c, which also joins the cgroup and sets the rlimits), else ``sandbox/enter.py`` behind
+        ``sh`` (the cgroup) and ``prlimit``. Both take the same steps; the helper saves the interpreter's start."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
         spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
                 "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
-                "env": env, "seccomp": True}
+                "env": env}
+        helper = entry.helper(self.logger, required=self.config.entry == "compiled") \
+            if self.config.entry != "python" else None
+        program = entry.seccomp_program() if helper else None
+        if program is not None:
+            data = entry.spec(**spec, cgroup_files=[str(d / "cgroup.procs") for d in self._cgroup.dirs]
+                              if self._cgroup else [], rlimits=self._rlimits(), program=program)
+        else:
+            data = json.dumps(spec | {"seccomp": True}).encode()
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
-        os.write(fd, json.dumps(spec).encode())
+        os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
+        if program is not None:
+            return [str(helper), str(fd)], fd
         return self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)], fd
 
     async def _spawn(self, inner: list[str], *, env: dict[str, str] | None, user_spec: dict | None, stdin: bool,
