@@ -591,17 +591,19 @@ class Sandbox:
             self._uid_cache[key] = (int(lines[0]), int(lines[1]), home, groups)
         return self._uid_cache[key]
 
-    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
-        """The host command that runs ``inner`` in the sandbox, and the memfd with its spec: the compiled helper
-        (sandbox/enter.c, which also joins the cgroup and sets the rlimits), else ``sandbox/enter.py`` behind
-        ``sh`` (the cgroup) and ``prlimit``. Both take the same steps; the helper saves the interpreter's start."""
+    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None
+                    ) -> tuple[list[str], int, tuple[int, ...], dict[str, str]]:
+        """The host command that runs ``inner`` in the sandbox, the memfd with its spec, the fds it takes and its
+        environment: the compiled helper (sandbox/enter.c, run from a sealed memfd; it also joins the cgroup and
+        sets the rlimits), else ``sandbox/enter.py`` behind ``sh`` (the cgroup) and ``prlimit``. The same steps
+        either way; the helper saves the interpreter's start (docs/sandbox.md)."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
         spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
                 "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
                 "env": env}
         helper = entry.helper(self.logger, required=self.config.entry == "compiled") \
             if self.config.entry != "python" else None
-        program = entry.seccomp_program() if helper else None
+        program = entry.seccomp_program() if helper is not None else None
         if program is not None:
             data = entry.spec(**spec, cgroup_files=[str(d / "cgroup.procs") for d in self._cgroup.dirs]
                               if self._cgroup else [], rlimits=self._rlimits(), program=program)
@@ -611,8 +613,9 @@ class Sandbox:
         os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
         if program is not None:
-            return [str(helper), str(fd)], fd
-        return self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)], fd
+            return [f"/proc/self/fd/{helper}", str(fd)], fd, (fd, self._init_pidfd, helper), {}
+        argv = self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)]
+        return argv, fd, (fd, self._init_pidfd), {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
 
     async def _spawn(self, inner: list[str], *, env: dict[str, str] | None, user_spec: dict | None, stdin: bool,
                      stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
@@ -623,12 +626,12 @@ class Sandbox:
                                "wall_sec); nothing runs in it any more")
         cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
         cmd_env.setdefault("HOME", "/root")
-        argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
+        argv, spec_fd, pass_fds, host_env = self._enter_argv(inner, cmd_env, user_spec)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd, self._init_pidfd),
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=pass_fds, env=host_env,
+                start_new_session=True,
             )
         finally:
             os.close(spec_fd)

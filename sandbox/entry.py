@@ -8,6 +8,7 @@ stale: unbuilt, commands fall back to enter.py, the reason logged once. Why and 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import logging
@@ -30,31 +31,36 @@ _told: set[str] = set()
 
 def helper_path(build_dir: Path | None = None) -> Path:
     """Where the helper of this enter.c is (or would be) built (in ``build_dir``, default ``BUILD_DIR``)."""
-    return (build_dir or BUILD_DIR) / f"enter-{os.uname().machine}-{hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]}"
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return (build_dir or BUILD_DIR) / f"enter-{os.uname().machine}-{digest}"
 
 
 @functools.cache
-def _found() -> tuple[Path | None, str]:
+def _found() -> tuple[int | None, str]:
     path = helper_path()
-    if os.access(path, os.X_OK):
-        return path, ""
-    if not compiler():
-        return None, "no C compiler (cc, gcc or clang) to build it: apt-get install gcc libc6-dev, then make setup"
-    return None, "it is not built for this sandbox/enter.c (run make setup, or python -m sandbox.build_enter)"
+    if not os.access(path, os.X_OK):
+        if not compiler():
+            return None, "no C compiler (cc, gcc or clang) to build it: apt-get install gcc libc6-dev, then make setup"
+        return None, "it is not built for this sandbox/enter.c (run make setup, or python -m sandbox.build_enter)"
+    # run from a sealed memfd: its path (the repository's) never shows inside, and nothing can write it
+    fd = os.memfd_create("sandbox-enter", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, path.read_bytes())
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    return fd, ""
 
 
-def helper(logger: logging.Logger | None = None, required: bool = False) -> Path | None:
-    """The compiled helper, or None (then enter.py), the reason logged once per process; ``required``: SandboxError
-    instead of None."""
-    path, reason = _found()
-    if path is None and required:
+def helper(logger: logging.Logger | None = None, required: bool = False) -> int | None:
+    """An fd of the compiled helper (a sealed memfd, kept for this process), or None (then enter.py), the reason
+    logged once per process; ``required``: SandboxError instead of None."""
+    fd, reason = _found()
+    if fd is None and required:
         raise SandboxError(f"entry=compiled: the compiled entry helper cannot be used: {reason}")
-    if path is None and reason not in _told:
+    if fd is None and reason not in _told:
         _told.add(reason)
         (logger or logging.getLogger(__name__)).warning(
             f"local sandbox: commands enter through sandbox/enter.py (about 30 ms more each), not the compiled "
             f"helper: {reason}")
-    return path
+    return fd
 
 
 def compiler() -> str | None:

@@ -28,8 +28,9 @@ ALLOWED_CAPS = 0xA00425FB
 # environment, mounts and processes (the per-process numbers and sizes that differ run to run left out)
 STATE = ("grep -vE '^(Name|Umask|State|Tgid|Ngid|Pid|PPid|NStgid|NSpid|Vm|Rss|Huge|Threads|SigQ|voluntary|"
          "nonvoluntary)' /proc/self/status; ls -l /proc/self/fd | tail -n +2 | awk '{print $9, $10, $11}' | "
-         "sed -E 's/:\\[[0-9]+\\]//; s#/proc/[0-9]+/#/proc/N/#'; cat /proc/self/cgroup /proc/self/limits /proc/self/oom_score_adj; umask; pwd; "
-         "env | sort; cat /proc/self/mountinfo; ps -eo pgid,sid,tty,args; cat /proc/self/loginuid 2>&1")
+         "sed -E 's/:\\[[0-9]+\\]//; s#/proc/[0-9]+/#/proc/N/#'; "
+         "cat /proc/self/cgroup /proc/self/limits /proc/self/oom_score_adj; umask; pwd; env | sort; "
+         "cat /proc/self/mountinfo; ps -eo pgid,sid,tty,args; cat /proc/self/loginuid 2>&1")
 
 
 @pytest.fixture(scope="module")
@@ -159,44 +160,63 @@ def test_the_helper_is_out_of_a_commands_reach(helper):
 
 
 WATCH = r"""
-import os, sys, time
-end, seen, worst = time.monotonic() + float(sys.argv[1]), set(), []
+import json, os, sys, time
+end, needles, seen, found = time.monotonic() + float(sys.argv[1]), sys.argv[2:], set(), []
+def read(path):
+    try:
+        return open(path, "rb").read().decode(errors="replace") if "/fd/" not in path else os.readlink(path)
+    except OSError:
+        return ""
 while time.monotonic() < end:
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or pid in seen or int(pid) == os.getpid():
             continue
-        try:
-            status = dict(l.split(":\t", 1) for l in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in l)
-        except (OSError, ValueError):
-            continue
-        if status.get("Name", "").strip() == "sandbox-init":
+        status = dict(l.split(":\t", 1) for l in read(f"/proc/{pid}/status").splitlines() if ":\t" in l)
+        if not status or status["Name"].strip() == "sandbox-init":
             continue
         seen.add(pid)
         if int(status["CapEff"], 16) & ~0xA00425FB or int(status["CapBnd"], 16) & ~0xA00425FB \
                 or status["NoNewPrivs"].strip() != "1" or status["Seccomp"].strip() != "2":
-            worst.append(f"{pid} {status['Name'].strip()} {status['CapEff'].strip()} {status['Seccomp'].strip()}")
-print(len(seen), "seen;", " | ".join(worst) or "none above the task's privileges")
+            found.append(f"{pid} {status['Name'].strip()} privileged: CapEff {status['CapEff'].strip()}")
+        try:
+            links = [os.readlink(f"/proc/{pid}/exe")] + [f"/proc/{pid}/fd/{fd}: " + os.readlink(f"/proc/{pid}/fd/{fd}")
+                                                        for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            links = []
+        text = "\n".join([read(f"/proc/{pid}/cmdline"), read(f"/proc/{pid}/environ"), read(f"/proc/{pid}/maps")]
+                         + links).replace("\0", " ")
+        found += [f"{pid} {status['Name'].strip()} shows {n}" for n in needles if n in text]
+        found += [f"{pid} {status['Name'].strip()} holds {link}" for link in links[1:]
+                  if status["Name"].strip() == "sandbox-enter" and link.split(": ")[0].rsplit("/", 1)[1] not in "012"]
+print(json.dumps({"seen": len(seen), "found": sorted(set(found))}))
 """
 
 
 @needs_namespaces
-def test_a_watcher_racing_each_fork_never_sees_the_hosts_privileges(helper):
+@pytest.mark.parametrize("way", ["compiled", pytest.param("python", marks=pytest.mark.xfail(strict=True, reason=(
+    "enter.py's Python shows the repository's path and its own to a watcher between its fork and exec (left as it "
+    "was: the compiled helper is the fix)")))])
+def test_a_watcher_racing_each_fork_sees_no_host_privilege_nor_path(helper, way):
     """Every process that ever shows in the sandbox's /proc (the helper's child from its fork on) already has the
-    task's privileges: the helper drops them before it forks into the PID namespace."""
+    task's privileges (the helper drops them before it forks into the PID namespace), and none of its command line,
+    environment, executable, mappings or fds names a host path (the repository, the helper, the host's Python)."""
     from sandbox import BlockingSandbox, SandboxConfig
 
-    with BlockingSandbox(SandboxConfig(**SMALL, entry="compiled")) as sb:
+    needles = [str(REPO), str(helper), os.path.dirname(os.path.realpath(sys.executable))]
+    with BlockingSandbox(SandboxConfig(**SMALL, entry=way)) as sb:
         sb.upload_file(_write(WATCH), "/tmp/watch.py")
         out: list = []
-        watcher = threading.Thread(target=lambda: out.append(sb.exec("python3 /tmp/watch.py 8", timeout_sec=60)))
+        watcher = threading.Thread(target=lambda: out.append(
+            sb.exec(f"python3 /tmp/watch.py 8 {' '.join(needles)}", timeout_sec=60)))
         watcher.start()
         time.sleep(1)
         for i in range(40):
             sb.exec("true" if i % 8 else "sleep 0.1", user="nobody" if i % 2 else "root")
         watcher.join(60)
     (r,) = out
-    assert r.return_code == 0 and r.stdout.endswith("none above the task's privileges\n"), r
-    assert int(r.stdout.split()[0]) >= 5, r  # it saw commands start
+    assert r.return_code == 0, r
+    report = json.loads(r.stdout)
+    assert report["found"] == [] and report["seen"] >= 5, report  # it saw commands start, and nothing of the host
 
 
 def _write(text: str) -> Path:
