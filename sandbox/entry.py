@@ -8,6 +8,7 @@ stale: unbuilt, commands fall back to enter.py, the reason logged once. Why and 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import hashlib
@@ -24,6 +25,7 @@ from sandbox.errors import SandboxError
 SOURCE = Path(__file__).with_name("enter.c")
 BUILD_DIR = Path(__file__).with_name(".build")
 SPEC_FORMAT = "1"  # enter.c's SPEC_FORMAT
+MFD_EXEC = 0x10  # linux/memfd.h (Linux >= 6.3)
 RLIMITS = {"cpu": resource.RLIMIT_CPU, "core": resource.RLIMIT_CORE, "nproc": resource.RLIMIT_NPROC,
            "data": resource.RLIMIT_DATA}  # prlimit's names
 _told: set[str] = set()
@@ -43,7 +45,16 @@ def _found() -> tuple[int | None, str]:
             return None, "no C compiler (cc, gcc or clang) to build it: apt-get install gcc libc6-dev, then make setup"
         return None, "it is not built for this sandbox/enter.c (run make setup, or python -m sandbox.build_enter)"
     # run from a sealed memfd: its path (the repository's) never shows inside, and nothing can write it
-    fd = os.memfd_create("sandbox-enter", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:
+        try:
+            fd = os.memfd_create("sandbox-enter", flags | MFD_EXEC)  # executable where vm.memfd_noexec says otherwise
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 6.3, whose memfds are executable
+                raise
+            fd = os.memfd_create("sandbox-enter", flags)
+    except OSError as exc:
+        return None, f"no executable memfd to run it from ({exc.strerror}; vm.memfd_noexec?)"
     os.write(fd, path.read_bytes())
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
     return fd, ""
