@@ -1,6 +1,6 @@
 /* Enter a running sandbox and run one command there with a task's privileges: sandbox/enter.py's steps, compiled.
- * Runs on: the host, as `enter FD` from sandbox.core (built by `python -m sandbox.entry build`), in place of
- * `sh (cgroup join) + prlimit + python -I -S enter.py`, whose steps it takes in the same order.
+ * Runs on: the host, as `/proc/self/fd/BINARY FD` from sandbox.core (a sealed memfd of what `python -m
+ * sandbox.build_enter` built), in place of `sh` (the cgroup), `prlimit` and `python -I -S enter.py`: their steps.
  *
  * FD is an inherited memfd holding the spec sandbox/entry.py writes (NUL-terminated fields, then the seccomp
  * program core built with enter.py's seccomp_filter). Why a compiled helper and the steps: docs/sandbox.md. */
@@ -88,15 +88,6 @@ int main(int argc, char **argv) {
     if (strcmp(field(), SPEC_FORMAT) != 0) fail(EXIT_ENTER_FAILED, "a spec of another format", NULL);
     pid_t pid = (pid_t)number();
     int pidfd = (int)number(), userns = (int)number();
-    /* What a process of the sandbox can read of this one once its child is in the PID namespace names no host path:
-     * no fd but 0-2 and the pidfd (core passes the sealed memfd it runs this binary from), an empty environment
-     * (core's choice), and no host path in the command line or the name. */
-    if (pidfd > 3) syscall(SYS_close_range, 3, pidfd - 1, 0);
-    syscall(SYS_close_range, pidfd < 3 ? 3 : pidfd + 1, ~0U, 0);
-    size_t room = strlen(argv[0]);
-    for (int i = 0; i < argc; i++) memset(argv[i], 0, strlen(argv[i]));
-    if (room >= 13) memcpy(argv[0], "sandbox-enter", 13);
-    prctl(PR_SET_NAME, "sandbox-enter", 0, 0, 0);
     uid_t uid = (uid_t)number();
     gid_t gid = (gid_t)number();
     char **group_names = strings();
@@ -110,6 +101,15 @@ int main(int argc, char **argv) {
     gid_t *groups = calloc(ngroups + 1, sizeof *groups);
     for (size_t i = 0; i < ngroups; i++) groups[i] = (gid_t)strtoul(group_names[i], NULL, 10);
     if (!cmd[0]) fail(EXIT_ENTER_FAILED, "no command", NULL);
+    /* What a process of the sandbox can read of this one once its child is in the PID namespace names no host path:
+     * no fd but 0-2 and the pidfd (core also passes the sealed memfd this binary runs from), an empty environment
+     * (core's), and neither command line nor name. */
+    if (pidfd > 3) syscall(SYS_close_range, 3, pidfd - 1, 0);
+    syscall(SYS_close_range, pidfd < 3 ? 3 : pidfd + 1, ~0U, 0);
+    size_t room = strlen(argv[0]);
+    for (int i = 0; i < argc; i++) memset(argv[i], 0, strlen(argv[i]));
+    if (room >= 13) memcpy(argv[0], "sandbox-enter", 13);
+    prctl(PR_SET_NAME, "sandbox-enter", 0, 0, 0);
 
     /* 0. what `sh -c 'echo $$ > cgroup.procs'` and `prlimit` did, and what the Python entry's start left */
     char self[24];

@@ -2,6 +2,8 @@
 Runs in: any Python >= 3.11, standard library only; in the process that owns the sandbox (core), and in
 ``python -m sandbox.build_enter`` (make setup), which compiles the helper with the host's C compiler.
 
+A compiled helper rather than a forkserver per sandbox: enter.py's one short-lived process per command stays as it
+was, and no long-lived privileged process or socket is left for a task to find, signal or race.
 The helper is built as ``sandbox/.build/enter-<machine>-<digest of enter.c>``, so an edited enter.c never runs
 stale: unbuilt, commands fall back to enter.py, the reason logged once. Why and what it costs: docs/sandbox.md.
 """
