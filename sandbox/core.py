@@ -1,9 +1,9 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through the compiled helper
-(sandbox/enter.c; sandbox/entry.py) or sandbox/enter.py, ``stop`` (or this process's death, or ``wall_sec``) kills
-PID 1 and with it every process inside; ``names_asked`` reports the names the sandbox's resolver refused.
+``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.c|py, ``stop``
+(or this process's death, or ``wall_sec``) kills PID 1 and with it every process inside; ``names_asked`` reports
+the names the sandbox's resolver refused.
 How: docs/sandbox.md#inside-the-modules; the network: docs/sandbox.md#what-is-isolated.
 """
 
