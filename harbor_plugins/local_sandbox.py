@@ -67,7 +67,8 @@ class LocalSandboxEnvironment(BaseEnvironment):
     ``network`` (none|pasta|slirp4netns: user-mode networking for tasks that allow internet; default none),
     ``images`` (a JSON file: image reference -> OCI layout, image tarball or root file system tarball/folder),
     ``pull`` (true: pull images that file does not name with skopeo; needs the network), ``image_cache``
-    (where unpacked images are kept; default ~/.cache/terminal-recipes/images).
+    (where unpacked images are kept; default ~/.cache/terminal-recipes/images), ``entry`` (auto|compiled|python:
+    how each command enters the sandbox, ``SandboxConfig.entry``).
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         images: str | None = None,
         pull: bool | str = False,
         image_cache: str | None = None,
+        entry: str = "auto",
         **kwargs,
     ):
         self._knobs = {
@@ -100,6 +102,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             "max_processes": _number("max_processes", max_processes, int),
             "cpu_time_sec": _number("cpu_time_sec", cpu_time_sec, int),
             "wall_sec": _number("wall_sec", wall_sec, float),
+            "entry": str(entry),
         }
         self._default_memory_mb = _number("memory_mb", memory_mb, int)
         self._default_storage_mb = _number("storage_mb", storage_mb, int)

@@ -12,6 +12,7 @@ MODES = ("auto", "root", "userns")
 LIMITS = ("strict", "best-effort")
 DOCKERFILE_MODES = ("emulate", "ignore")
 NETWORKS = ("none", "pasta", "slirp4netns")
+ENTRIES = ("auto", "compiled", "python")
 
 
 def _new_name() -> str:
@@ -51,6 +52,9 @@ class SandboxConfig:
     ``rootfs``: an unpacked root file system (a folder, see ``sandbox.images``) that the sandbox runs instead of
     the host's system folders: it is the read-only lower layer of one overlay that becomes ``/`` (``hide`` and the
     ``/etc`` sanitizing then have nothing to do; ``expose`` still binds host paths read-only).
+    ``entry``: how each command enters, with the same steps either way: ``auto`` (the compiled helper,
+    sandbox/enter.c, where it is built, else sandbox/enter.py), ``compiled`` (the helper or a SandboxError) or
+    ``python`` (sandbox/enter.py).
     """
 
     mode: str = "auto"
@@ -78,6 +82,7 @@ class SandboxConfig:
     network: str = "none"
     rootfs: Path | None = None
     disk_dir: Path | None = None
+    entry: str = "auto"
     name: str = field(default_factory=_new_name)
 
     def tmpfs_budget_mb(self) -> int:
@@ -102,7 +107,7 @@ class SandboxConfig:
 
     def __post_init__(self) -> None:
         for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES),
-                             ("network", NETWORKS)):
+                             ("network", NETWORKS), ("entry", ENTRIES)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",

@@ -1,7 +1,7 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.py, ``stop``
+``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.c|py, ``stop``
 (or this process's death, or ``wall_sec``) kills PID 1 and with it every process inside; ``names_asked`` reports
 the names the sandbox's resolver refused.
 How: docs/sandbox.md#inside-the-modules; the network: docs/sandbox.md#what-is-isolated.
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, transfer, users
+from sandbox import dockerfile, entry, transfer, users
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -606,13 +606,17 @@ class Sandbox:
                                    "use mode=root (cgroups) or --ek limits=best-effort")
             self._userns = True
 
-    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+    def _rlimits(self) -> dict[str, int]:
+        """prlimit's name -> the value (soft and hard) of each resource limit every process of the sandbox gets."""
         cfg = self.config
-        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
-        argv += ["prlimit", f"--cpu={cfg.cpu_time_sec}", "--core=0"]
+        out = {"cpu": cfg.cpu_time_sec, "core": 0}
         if self._userns:
-            argv += [f"--nproc={cfg.max_processes}", f"--data={cfg.memory_mb * 1024 * 1024}"]
-        return argv + ["--"]
+            out |= {"nproc": cfg.max_processes, "data": cfg.memory_mb * 1024 * 1024}
+        return out
+
+    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
+        return argv + ["prlimit", *(f"--{name}={value}" for name, value in self._rlimits().items()), "--"]
 
     async def _inner_argv(self, argv: list[str], user, env: dict[str, str]) -> tuple[list[str], dict]:
         u = self.exec_user(user)
@@ -621,16 +625,31 @@ class Sandbox:
             env.setdefault("USER", u.name)
         return argv, {"uid": u.uid, "gid": u.gid, "groups": list(u.groups)}
 
-    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
-        """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
+    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None
+                    ) -> tuple[list[str], int, tuple[int, ...], dict[str, str]]:
+        """The host command that runs ``inner`` in the sandbox, the memfd with its spec, the fds it takes and its
+        environment: the compiled helper (sandbox/enter.c, run from a sealed memfd; it also joins the cgroup and
+        sets the rlimits), else ``sandbox/enter.py`` behind ``sh`` (the cgroup) and ``prlimit``. The same steps
+        either way; the helper saves the interpreter's start (docs/sandbox.md)."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
         spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
                 "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
-                "env": env, "seccomp": True}
+                "env": env}
+        helper = entry.helper(self.logger, required=self.config.entry == "compiled") \
+            if self.config.entry != "python" else None
+        program = entry.seccomp_program() if helper is not None else None
+        if program is not None:
+            data = entry.spec(**spec, cgroup_files=[str(d / "cgroup.procs") for d in self._cgroup.dirs]
+                              if self._cgroup else [], rlimits=self._rlimits(), program=program)
+        else:
+            data = json.dumps(spec | {"seccomp": True}).encode()
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
-        os.write(fd, json.dumps(spec).encode())
+        os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
-        return self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)], fd
+        if program is not None:
+            return [f"/proc/self/fd/{helper}", str(fd)], fd, (fd, self._init_pidfd, helper), {}
+        argv = self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)]
+        return argv, fd, (fd, self._init_pidfd), {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
 
     async def _spawn(self, inner: list[str], *, env: dict[str, str] | None, user_spec: dict | None, stdin: bool,
                      stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
@@ -641,12 +660,12 @@ class Sandbox:
                                "wall_sec); nothing runs in it any more")
         cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
         cmd_env.setdefault("HOME", "/root")
-        argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
+        argv, spec_fd, pass_fds, host_env = self._enter_argv(inner, cmd_env, user_spec)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd, self._init_pidfd),
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=pass_fds, env=host_env,
+                start_new_session=True,
             )
         finally:
             os.close(spec_fd)
