@@ -48,6 +48,9 @@ class SandboxConfig:
     ``rootfs``: an unpacked root file system (a folder, see ``sandbox.images``) that the sandbox runs instead of
     the host's system folders: it is the read-only lower layer of one overlay that becomes ``/`` (``hide`` and the
     ``/etc`` sanitizing then have nothing to do; ``expose`` still binds host paths read-only).
+    ``build_cache``: the Dockerfile is replayed once per key into a layer in ``build_cache_dir`` (default
+    ``$XDG_CACHE_HOME/terminal-recipes/build-cache``), which later starts mount read-only; the folder is kept under
+    ``build_cache_mb``, least recently used layers evicted first (``sandbox/build_cache.py``).
     """
 
     mode: str = "auto"
@@ -71,6 +74,9 @@ class SandboxConfig:
     network: str = "none"
     rootfs: Path | None = None
     disk_dir: Path | None = None
+    build_cache: bool = True
+    build_cache_dir: Path | None = None
+    build_cache_mb: int = 20480
     name: str = field(default_factory=_new_name)
 
     def tmpfs_budget_mb(self) -> int:
@@ -99,7 +105,7 @@ class SandboxConfig:
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",
-                    "max_output_bytes", "max_download_bytes"):
+                    "max_output_bytes", "build_cache_mb", "max_download_bytes"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"sandbox {key} must be positive, not {getattr(self, key)!r}")
         if self.cpus is not None and not self.cpus > 0:
@@ -110,6 +116,8 @@ class SandboxConfig:
             self.environment_dir = Path(self.environment_dir)
         if self.disk_dir is not None:
             self.disk_dir = Path(self.disk_dir)
+        if self.build_cache_dir is not None:
+            self.build_cache_dir = Path(self.build_cache_dir)
         if self.rootfs is not None:
             self.rootfs = Path(self.rootfs)
             if not self.rootfs.is_absolute() or any(c in str(self.rootfs) for c in ",:\n"):

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, transfer
+from sandbox import build_cache, dockerfile, transfer
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -129,6 +129,8 @@ class Sandbox:
         self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
         self._disk: Disk | None = None
+        self._layer: build_cache.Layer | None = None  # the cached build this sandbox starts from
+        self._pid1_layers: dict[str, str] = {}  # to PID 1: a build's kept "stage_dir", or a cached "layer"
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -212,6 +214,9 @@ class Sandbox:
         if missing:
             raise SandboxError(f"the sandbox needs util-linux, tar and bash on this host; missing: {', '.join(missing)}")
         try:
+            self._layer = await build_cache.acquire(self)
+            if self._layer is not None:
+                self._pid1_layers = {"layer": str(self._layer.path)}
             await self._launch()
             await self._prepare()
         except BaseException:
@@ -269,6 +274,9 @@ class Sandbox:
             self._cgroup.remove()
             self._cgroup = None
             Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
+        if self._layer is not None:  # unmounted with the namespace: it may be evicted now
+            self._layer.release()
+            self._layer = None
         self._init_pid = None
 
     async def _launch(self) -> None:
@@ -290,7 +298,7 @@ class Sandbox:
             except OSError:
                 pass
         self._report_r = report_r
-        self._disk = await self._storage_disk()
+        self._disk = None if "stage_dir" in self._pid1_layers else await self._storage_disk()
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
             "disk": self._disk.device if self._disk else None,
@@ -304,6 +312,7 @@ class Sandbox:
             "resolver": cfg.network == "none",
             "report_fd": report_w if report_w is not None else -1,
             "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
+            **self._pid1_layers,
         }
         argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "--cgroup",
                 "--propagation", "private", "--kill-child"]
@@ -430,7 +439,9 @@ class Sandbox:
         res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
-        if df is not None and cfg.dockerfile == "emulate":
+        if df is not None and cfg.dockerfile == "emulate" and self._layer is not None:
+            self._dockerfile_env.update(self._layer.env)  # built once (sandbox/build_cache.py), mounted read-only
+        elif df is not None and cfg.dockerfile == "emulate":
             await dockerfile.replay(self, df, cfg.environment_dir, self._dockerfile_env,
                                     cfg.build_timeout_sec, self.logger)
 
