@@ -226,7 +226,11 @@ async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool
                       f"({type(exc).__name__}): {(str(exc).splitlines() or [''])[0]}")
             raise
         await builder.stop()  # every process gone, every mount of its namespace with them: the folder is the layer
-        os.rename(_assemble(tmp / "stage", bool(cfg.rootfs)), tmp / "layer")
+        layer, skipped = _assemble(tmp / "stage", bool(cfg.rootfs))
+        if skipped:
+            logger.warning(f"local sandbox: the build of task {_task(cfg)} put a link where /{', /'.join(skipped)} "
+                           "was mounted; what it wrote there is not in its cached layer")
+        os.rename(layer, tmp / "layer")
         _rmtree(tmp / "stage")
         meta = {"task": _task(cfg), "inputs": inputs, "env": builder._dockerfile_env, "size_bytes": size(tmp / "layer"),
                 "build_seconds": round(time.monotonic() - started, 3), "built_at": time.time()}
@@ -247,21 +251,34 @@ def _record_failure(folder: Path, key: str, exc: Exception) -> None:
     (folder / f"{key}.failed").write_text(json.dumps(record))
 
 
-def _assemble(stage: Path, image: bool) -> Path:
+def _assemble(stage: Path, image: bool) -> tuple[Path, list[str]]:
     """The build's writes as one tree shaped like the sandbox's root: an image's one upper layer, or the root's own
-    folder with each host folder's upper layer moved to where it was mounted (whiteouts and opaque folders kept)."""
+    folder with each host folder's upper layer moved to where it was mounted (whiteouts and opaque folders kept); and
+    the folders left out because the build put a link on their way (no link the build made is ever followed)."""
     if image:
-        return stage / "u" / "image"
-    root = stage / "root"
-    for key in sorted(os.listdir(stage / "u")):
-        target = root / UPPERS.get(key, "")
-        if key not in UPPERS or target.is_symlink():
-            continue
-        if target.is_dir():
-            os.rmdir(target)  # the empty folder the overlay was mounted on
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(stage / "u" / key, target)
-    return root
+        return stage / "u" / "image", []
+    root, skipped = stage / "root", []
+    uppers = os.open(stage / "u", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for key in sorted(os.listdir(stage / "u")):
+            if key not in UPPERS:
+                continue
+            *parents, name = UPPERS[key].split("/")
+            fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                for part in parents:
+                    nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    os.close(fd)
+                    fd = nxt
+                os.rmdir(name, dir_fd=fd)  # the empty folder the overlay was mounted on
+                os.rename(key, name, src_dir_fd=uppers, dst_dir_fd=fd)
+            except OSError:  # a link (or a file) where a folder was: this folder's writes are not kept
+                skipped.append(UPPERS[key])
+            finally:
+                os.close(fd)
+    finally:
+        os.close(uppers)
+    return root, skipped
 
 
 def size(path: Path) -> int:
