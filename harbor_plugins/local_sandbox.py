@@ -66,7 +66,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
     ``network`` (none|pasta|slirp4netns: user-mode networking for tasks that allow internet; default none),
     ``images`` (a JSON file: image reference -> OCI layout, image tarball or root file system tarball/folder),
     ``pull`` (true: pull images that file does not name with skopeo; needs the network), ``image_cache``
-    (where unpacked images are kept; default ~/.cache/terminal-recipes/images).
+    (where unpacked images are kept; default ~/.cache/terminal-recipes/images), ``build_cache`` (true: a task's
+    Dockerfile is replayed once into a cached layer that later trials mount; false: replayed in every trial),
+    ``build_cache_dir`` (default ~/.cache/terminal-recipes/build-cache), ``build_cache_mb`` (its size bound, 20480).
     """
 
     def __init__(
@@ -91,6 +93,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         images: str | None = None,
         pull: bool | str = False,
         image_cache: str | None = None,
+        build_cache: bool | str = True,
+        build_cache_dir: str | None = None,
+        build_cache_mb: int | str = 20480,
         **kwargs,
     ):
         self._knobs = {
@@ -111,6 +116,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._images_file = str(images) if images else None
         self._pull = _flag("pull", pull)
         self._image_cache = str(image_cache) if image_cache else None
+        self._build_cache = {"build_cache": _flag("build_cache", build_cache),
+                             "build_cache_dir": str(build_cache_dir) if build_cache_dir else None,
+                             "build_cache_mb": _number("build_cache_mb", build_cache_mb, int)}
         self._sandbox: Sandbox | None = None
         self._agent_mark = 0
         self._watch: VerifierWatch | None = None
@@ -358,6 +366,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             env=dict(root.env) if root else {},
             network=self._network if not self._network_disabled else "none",
             rootfs=root.rootfs if root else None,
+            **self._build_cache,
             name=self.session_id.replace("/", "_"),
         )
         if self._network != "none" and self._network_disabled:

@@ -136,6 +136,16 @@ def cache_dir(config) -> Path:
     return path
 
 
+def locate(config) -> tuple[Path, str, dict] | None:
+    """(the cache folder, the key, its inputs) of a config's build; None when it has none to cache (no Dockerfile,
+    ``dockerfile=ignore``, ``build_cache=false``). OSError where the folder or the context cannot be had."""
+    if not (config.build_cache and config.dockerfile == "emulate" and config.environment_dir
+            and (config.environment_dir / "Dockerfile").is_file()):
+        return None
+    folder, inputs = cache_dir(config), key_inputs(config)
+    return folder, hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32], inputs
+
+
 async def _flock(fd: int, op: int) -> None:
     """``flock`` polled without blocking, so a cancelled start leaves no thread waiting to take the lock."""
     while True:
@@ -154,17 +164,15 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
     """The layer of ``sandbox``'s build, built now if none is cached; None when the cache is off or not usable here
     (the Dockerfile is then replayed as before; the reason is logged once). A failed build raises its error."""
     cfg, logger = sandbox.config, sandbox.logger
-    if not (cfg.build_cache and cfg.dockerfile == "emulate" and cfg.environment_dir
-            and (cfg.environment_dir / "Dockerfile").is_file()):
-        return None
     try:
-        folder = cache_dir(cfg)
-        inputs = key_inputs(cfg)
+        found = locate(cfg)
     except OSError as exc:
         _say_once(logger, f"off {exc}", f"local sandbox: build cache not used ({exc}); the Dockerfile is replayed "
                   "at every start (set build_cache_dir to a folder of this user's, or build_cache=false)")
         return None
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+    if found is None:
+        return None
+    folder, key, inputs = found
     entry, since = folder / key, time.time()
     fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
