@@ -215,8 +215,7 @@ class Sandbox:
             raise SandboxError(f"the sandbox needs util-linux, tar and bash on this host; missing: {', '.join(missing)}")
         try:
             self._layer = await build_cache.acquire(self)
-            if self._layer is not None:
-                self._pid1_layers = {"layer": str(self._layer.path)}
+            self._pid1_layers = {"layer": str(self._layer.path)} if self._layer is not None else {}
             await self._launch()
             await self._prepare()
         except BaseException:
