@@ -68,7 +68,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
     ``images`` (a JSON file: image reference -> OCI layout, image tarball or root file system tarball/folder),
     ``pull`` (true: pull images that file does not name with skopeo; needs the network), ``image_cache``
     (where unpacked images are kept; default ~/.cache/terminal-recipes/images), ``entry`` (auto|compiled|python:
-    how each command enters the sandbox, ``SandboxConfig.entry``).
+    how each command enters the sandbox, ``SandboxConfig.entry``), ``build_cache`` (true: a task's Dockerfile is
+    replayed once into a cached layer that later trials mount; false: replayed in every trial), ``build_cache_dir``
+    (default ~/.cache/terminal-recipes/build-cache), ``build_cache_mb`` (its size bound, 20480).
     """
 
     def __init__(
@@ -94,6 +96,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         pull: bool | str = False,
         image_cache: str | None = None,
         entry: str = "auto",
+        build_cache: bool | str = True,
+        build_cache_dir: str | None = None,
+        build_cache_mb: int | str = 20480,
         **kwargs,
     ):
         self._knobs = {
@@ -115,6 +120,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._images_file = str(images) if images else None
         self._pull = _flag("pull", pull)
         self._image_cache = str(image_cache) if image_cache else None
+        self._build_cache = {"build_cache": _flag("build_cache", build_cache),
+                             "build_cache_dir": str(build_cache_dir) if build_cache_dir else None,
+                             "build_cache_mb": _number("build_cache_mb", build_cache_mb, int)}
         self._sandbox: Sandbox | None = None
         self._agent_mark = 0
         self._watch: VerifierWatch | None = None
@@ -370,6 +378,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             expose=self._expose,
             network=self._network if not self._network_disabled else "none",
             rootfs=root.rootfs if root else None,
+            **self._build_cache,
             name=self.session_id.replace("/", "_"),
         )
         if self._network != "none" and self._network_disabled:

@@ -55,6 +55,9 @@ class SandboxConfig:
     ``entry``: how each command enters, with the same steps either way: ``auto`` (the compiled helper,
     sandbox/enter.c, where it is built, else sandbox/enter.py), ``compiled`` (the helper or a SandboxError) or
     ``python`` (sandbox/enter.py).
+    ``build_cache``: the Dockerfile is replayed once per key into a layer in ``build_cache_dir`` (default
+    ``$XDG_CACHE_HOME/terminal-recipes/build-cache``), which later starts mount read-only; the folder is kept under
+    ``build_cache_mb``, least recently used layers evicted first (``sandbox/build_cache.py``).
     """
 
     mode: str = "auto"
@@ -83,6 +86,9 @@ class SandboxConfig:
     rootfs: Path | None = None
     disk_dir: Path | None = None
     entry: str = "auto"
+    build_cache: bool = True
+    build_cache_dir: Path | None = None
+    build_cache_mb: int = 20480
     name: str = field(default_factory=_new_name)
 
     def tmpfs_budget_mb(self) -> int:
@@ -111,7 +117,7 @@ class SandboxConfig:
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",
-                    "max_output_bytes", "max_download_bytes"):
+                    "max_output_bytes", "build_cache_mb", "max_download_bytes"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"sandbox {key} must be positive, not {getattr(self, key)!r}")
         if self.cpus is not None and not self.cpus > 0:
@@ -122,6 +128,8 @@ class SandboxConfig:
             self.environment_dir = Path(self.environment_dir)
         if self.disk_dir is not None:
             self.disk_dir = Path(self.disk_dir)
+        if self.build_cache_dir is not None:
+            self.build_cache_dir = Path(self.build_cache_dir)
         if self.rootfs is not None:
             self.rootfs = Path(self.rootfs)
             if not self.rootfs.is_absolute() or any(c in str(self.rootfs) for c in ",:\n"):

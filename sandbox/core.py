@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, entry, transfer, users
+from sandbox import build_cache, dockerfile, entry, transfer, users
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -130,6 +130,8 @@ class Sandbox:
         self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
         self._disk: Disk | None = None
+        self._layer: build_cache.Layer | None = None  # the cached build this sandbox starts from
+        self._pid1_layers: dict[str, str] = {}  # to PID 1: a build's kept "stage_dir", or a cached "layer"
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -224,6 +226,8 @@ class Sandbox:
         if missing:
             raise SandboxError(f"the sandbox needs util-linux, tar and bash on this host; missing: {', '.join(missing)}")
         try:
+            self._layer = await build_cache.acquire(self)
+            self._pid1_layers = {"layer": str(self._layer.path)} if self._layer is not None else {}
             await self._launch()
             await self._prepare()
         except BaseException:
@@ -281,6 +285,9 @@ class Sandbox:
             self._cgroup.remove()
             self._cgroup = None
             Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
+        if self._layer is not None:  # unmounted with the namespace: it may be evicted now
+            self._layer.release()
+            self._layer = None
         self._init_pid = None
 
     async def _launch(self) -> None:
@@ -302,7 +309,7 @@ class Sandbox:
             except OSError:
                 pass
         self._report_r = report_r
-        self._disk = await self._storage_disk()
+        self._disk = None if "stage_dir" in self._pid1_layers else await self._storage_disk()
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
             "disk": self._disk.device if self._disk else None,
@@ -316,6 +323,7 @@ class Sandbox:
             "resolver": cfg.network == "none",
             "report_fd": report_w if report_w is not None else -1,
             "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
+            **self._pid1_layers,
         }
         argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "--cgroup",
                 "--propagation", "private", "--kill-child"]
@@ -442,7 +450,8 @@ class Sandbox:
         if cfg.environment_dir is not None and cfg.dockerfile == "emulate":
             build = dockerfile.plan(cfg.environment_dir / "Dockerfile", cfg.build_args, cfg.image_env,
                                     cfg.image_workdir, cfg.image_user)
-            await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
+            if self._layer is None:  # else built once into the cached layer this sandbox mounts (sandbox/build_cache.py)
+                await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
         self.workdir = cfg.workdir or (build.workdir if build else cfg.image_workdir) or "/app"
         res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
         if res.return_code != 0:
