@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 # the code whose change can change a build's result: the replay, the transfers it copies with, the root it builds in
-CODE_FILES = ("dockerfile.py", "transfer.py", "pid1.py", "build_cache.py")
+CODE_FILES = ("dockerfile.py", "users.py", "transfer.py", "pid1.py", "build_cache.py")
 # the base root's identity: (mtime, size, inode) of these paths under it (the host's / or the image's rootfs)
 BASE_MARKERS = ("etc", "etc/passwd", "etc/group", "etc/shadow", "etc/os-release", "var/lib/dpkg/status", "usr/bin",
                 "usr/sbin", "usr/lib", "usr/share", "usr/local/bin", "usr/local/lib")
@@ -50,11 +50,10 @@ def default_dir() -> Path:
 
 @dataclass
 class Layer:
-    """A cached layer held shared (no eviction) until ``release``: ``path`` (the root-relative tree), ``env`` (the
-    Dockerfile's ``ENV``)."""
+    """A cached layer held shared (no eviction) until ``release``: ``path`` (the root-relative tree). Its ``ENV``,
+    ``USER`` and ``WORKDIR`` are the Dockerfile's plan, made again at every start (sandbox/dockerfile.py)."""
 
     path: Path
-    env: dict[str, str]
     lock_fd: int | None
 
     def release(self) -> None:
@@ -100,8 +99,8 @@ def context_digest(context: Path) -> str:
 
 def key_inputs(config) -> dict:
     """What can change a build's result: the Dockerfile's bytes, the context's digest, the base root (its path and the
-    signature of ``BASE_MARKERS`` under it), the network, the mode, the commands' environment, the exposed host paths
-    and the replay code's version. OSError where the context cannot be read."""
+    signature of ``BASE_MARKERS`` under it), the network, the mode, the commands' environment, the build args, the
+    image's config, the exposed host paths and the replay code's version. OSError where the context cannot be read."""
     context = config.environment_dir
     df = hashlib.sha256()
     _sha256_file(context / "Dockerfile", df)
@@ -120,6 +119,8 @@ def key_inputs(config) -> dict:
             "base": str(config.rootfs) if config.rootfs else "host userland",
             "base_signature": hashlib.sha256(json.dumps(marks).encode()).hexdigest(),
             "network": config.network, "mode": _mode(config), "env": dict(sorted(config.env.items())),
+            "build_args": dict(sorted(config.build_args.items())), "image_env": dict(sorted(config.image_env.items())),
+            "image_user": config.image_user, "image_workdir": config.image_workdir,
             "expose": sorted(config.expose), "code": code.hexdigest()}
 
 
@@ -180,8 +181,7 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
             await _flock(fd, fcntl.LOCK_SH)
             if (entry / "meta.json").is_file():
                 os.utime(entry / "used")
-                env = json.loads((entry / "meta.json").read_text())["env"]
-                return Layer(entry / "layer", env, fd)
+                return Layer(entry / "layer", fd)
             await _flock(fd, fcntl.LOCK_EX)  # (not atomic: another start may have built it meanwhile)
             if (entry / "meta.json").is_file():
                 continue
