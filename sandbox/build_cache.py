@@ -186,6 +186,10 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
             if (entry / "meta.json").is_file():
                 continue
             _raise_recent_failure(folder, key, since)
+            if (folder / f"{key}.scratch").is_file():  # a build that leaves files where no layer keeps them
+                _say_once(logger, f"scratch {key}", (folder / f"{key}.scratch").read_text())
+                os.close(fd)
+                return None
             if not await _build(sandbox, folder, key, inputs):
                 os.close(fd)
                 return None
@@ -233,6 +237,14 @@ async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool
             _say_once(logger, f"failed {key}", f"local sandbox: the build of task {_task(cfg)} failed, not cached "
                       f"({type(exc).__name__}): {(str(exc).splitlines() or [''])[0]}")
             raise
+        left = await _scratch_left(builder)
+        if left:  # Docker keeps them in the image; a start's scratch folders are fresh: replayed, not cached
+            reason = (f"local sandbox: the build of task {_task(cfg)} leaves {', '.join(left)}, which a cached layer "
+                      "does not keep (every start's /tmp, /var/tmp and /run are fresh); its Dockerfile is replayed at "
+                      "every start")
+            (folder / f"{key}.scratch").write_text(reason)
+            _say_once(logger, f"scratch {key}", reason)
+            return False
         await builder.stop()  # every process gone, every mount of its namespace with them: the folder is the layer
         layer, skipped = _assemble(tmp / "stage", bool(cfg.rootfs))
         if skipped:
@@ -251,6 +263,13 @@ async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool
         await builder.stop()
         if tmp.exists():
             _rmtree(tmp)
+
+
+async def _scratch_left(builder: Sandbox) -> list[str]:
+    """What a build left in the scratch folders (tmpfs mounts of their own, outside the layer), a few names."""
+    res = await builder.exec("for d in /tmp /var/tmp /run; do [ -d $d ] && find $d -mindepth 1 -maxdepth 1; done",
+                             cwd="/", user="root", timeout_sec=60)
+    return sorted(res.stdout.split("\n")[:-1])[:5] if res.return_code == 0 else ["(the scratch folders: unreadable)"]
 
 
 def _record_failure(folder: Path, key: str, exc: Exception) -> None:

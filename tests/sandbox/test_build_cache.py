@@ -129,6 +129,19 @@ def test_concurrent_starts_build_once(tmp_path):
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no build folder left
 
 
+def test_a_build_that_leaves_files_in_tmp_is_replayed_not_cached(tmp_path, caplog):
+    """Docker keeps a build's /tmp in the image; a start's /tmp is fresh, so such a build is replayed at every start
+    (what the dockerfile tests' builds do), said once, and not built again for the cache."""
+    env, cache = task(tmp_path, "FROM debian\nRUN echo kept > /tmp/from-build && echo v > /var/tmp/v\n",
+                      name="tmp-task"), tmp_path / "cache"
+    with caplog.at_level(logging.WARNING):
+        assert run(config(env, cache), "cat /tmp/from-build /var/tmp/v") == "kept\nv\n"
+        assert run(config(env, cache), "cat /tmp/from-build") == "kept\n"
+    assert layers(cache) == [] and len(list(cache.glob("*.scratch"))) == 1
+    said = [r.message for r in caplog.records if "leaves /tmp/from-build, /var/tmp/v" in r.message]
+    assert len(said) == 1 and "replayed at every start" in said[0], said
+
+
 def test_a_failed_build_is_not_cached_and_said_once(tmp_path, caplog):
     from sandbox import BlockingSandbox, SandboxError
 
