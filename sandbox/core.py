@@ -264,11 +264,10 @@ class Sandbox:
                 await asyncio.sleep(0.02)
             os.close(self._init_pidfd)
             self._init_pidfd = None
-        if self._cgroup is not None:
+        if self._cgroup is not None:  # the cgroups of runs killed before their stop go at the next start
             self._cgroup.kill_all()
             self._cgroup.remove()
             self._cgroup = None
-            Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
         self._init_pid = None
 
     async def _launch(self) -> None:
