@@ -87,6 +87,34 @@ def _exited(pidfd: int, timeout_sec: float = 0) -> bool:
     return bool(poller.poll(timeout_sec * 1000))
 
 
+async def _until_exited(pidfd: int, timeout_sec: float) -> bool:
+    """Wait until the process a pidfd holds has exited (the event loop told when it reads: no polling loop), up to
+    ``timeout_sec``; whether it has."""
+    if _exited(pidfd):
+        return True
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(True))
+    try:
+        return await asyncio.wait_for(exited, timeout_sec)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)
+
+
+async def _ended(proc: asyncio.subprocess.Process, wait_sec: float = 10) -> None:
+    """Wait for a killed host process to exit; one still there after ``wait_sec`` gets its group SIGKILLed, and
+    ``wait_sec`` more."""
+    for last in (False, True):
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=wait_sec)
+            return
+        except asyncio.TimeoutError:
+            if not last:
+                killpg(proc.pid)
+
+
 def _pidfd_of_child(pid: int, parent: int) -> int:
     """A pidfd of ``pid``, checked to be ``parent``'s child still running once held (so not a reused pid)."""
     try:
@@ -227,41 +255,26 @@ class Sandbox:
                 signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self._proc is not None:
-            if self._init_pidfd is not None:  # unshare reaps its child, PID 1, and exits
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            if self._proc.returncode is None:
-                killpg(self._proc.pid)
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            self._proc = None
+        elif self._proc is not None:  # no PID 1 known (a failed start): unshare's group, PID 1 with it
+            killpg(self._proc.pid)
+        if self._net_proc is not None:
+            killpg(self._net_proc.pid)
+        # unshare reaps PID 1 and exits (the sandbox's mounts go with it), the network helper dies: waited together
+        await asyncio.gather(*(_ended(p) for p in (self._proc, self._net_proc) if p is not None))
+        self._proc = self._net_proc = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
         if self._disk is not None:  # not yet mounted (a failed start): the loop device clears itself now
             self._disk.close()
             self._disk = None
-        if self._net_proc is not None:
-            killpg(self._net_proc.pid)
-            try:
-                await asyncio.wait_for(self._net_proc.wait(), timeout=10)
-            except asyncio.TimeoutError:
-                pass
-            self._net_proc = None
         if self._report_r is not None:
             self._drain_reports()
             self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
         if self._init_pidfd is not None:
-            deadline = time.monotonic() + 10
-            while not _exited(self._init_pidfd) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await _until_exited(self._init_pidfd, 10)  # at once: unshare reaped it
             os.close(self._init_pidfd)
             self._init_pidfd = None
         if self._cgroup is not None:  # the cgroups of runs killed before their stop go at the next start
