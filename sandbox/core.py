@@ -34,7 +34,7 @@ from sandbox.inside import Root
 from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
-from sandbox.storage import Disk, make_disk
+from sandbox.storage import Disk, let_go, make_disk, shut_down
 from sandbox.storage import unavailable as disk_unavailable
 
 INIT = Path(__file__).with_name("pid1.py")
@@ -157,6 +157,7 @@ class Sandbox:
         self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
         self._disk: Disk | None = None
+        self._disk_in_init: tuple[int, int] | None = None  # PID 1's fd of its disk, and the disk's st_dev
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -247,7 +248,9 @@ class Sandbox:
             raise
 
     async def stop(self) -> None:
-        """Kill every process of the sandbox and remove its cgroup. Idempotent."""
+        """Kill every process of the sandbox and remove its cgroup; a disk-backed root is shut down first and let go of
+        on a thread of its own. Idempotent. Where its time goes: docs/sandbox.md#stopping-a-sandbox."""
+        disk = self._hold_disk()  # before the kill, while PID 1 holds it
         for proc in list(self._running):
             killpg(proc.pid)
         if self._init_pidfd is not None:
@@ -281,7 +284,24 @@ class Sandbox:
             self._cgroup.kill_all()
             self._cgroup.remove()
             self._cgroup = None
-        self._init_pid = None
+        if disk is not None:
+            let_go(disk)
+        self._init_pid = self._disk_in_init = None
+
+    def _hold_disk(self) -> int | None:
+        """An fd of the sandbox's disk (its file system shut down: nothing of it is written back), taken from PID 1
+        while it runs; the last hold on it once the sandbox is gone. None without a disk."""
+        if self._disk_in_init is None or self._init_pid is None:
+            return None
+        fd_number, rdev = self._disk_in_init
+        try:
+            fd = transfer.open_root(self._init_pid, self._alive, f"fd/{fd_number}", os.O_RDONLY)
+        except SandboxError:  # PID 1 is gone, and its mounts with it
+            return None
+        if not shut_down(fd, rdev):
+            os.close(fd)
+            return None
+        return fd
 
     async def _launch(self) -> None:
         cfg = self.config
@@ -347,7 +367,7 @@ class Sandbox:
             line = await asyncio.wait_for(self._proc.stdout.readline(), timeout=60)
         except asyncio.TimeoutError:
             line = b""
-        if line.strip() != b"READY":
+        if line.split()[:1] != [b"READY"]:
             err = b""
             try:
                 err = await asyncio.wait_for(self._proc.stderr.read(), timeout=2)
@@ -355,6 +375,7 @@ class Sandbox:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
         if self._disk is not None:  # mounted in the sandbox's namespace, which holds it from now on
+            self._disk_in_init = int(line.split()[1]), self._disk.rdev
             self._disk.close()
             self._disk = None
         if report_r is not None:  # read the records as they come: a full pipe would lose them
