@@ -110,5 +110,5 @@ def shut_down(fd: int, rdev: int) -> bool:
 def let_go(fd: int) -> None:
     """Close ``fd``, the last hold on a disk whose sandbox is gone, on a thread of its own: that close unmounts the file
     system for good, clears the loop device and frees the file (page cache dropped, the host's blocks freed: 0.4 s
-    after 1 GB written) off the caller's path. Nothing can stay: the kernel closes the fd if this process dies first."""
+    after 1 GiB written) off the caller's path. Nothing can stay: the kernel closes the fd if this process dies first."""
     threading.Thread(target=os.close, args=(fd,), name="sandbox-disk-release", daemon=True).start()
