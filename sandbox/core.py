@@ -34,7 +34,7 @@ from sandbox.inside import Root
 from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
-from sandbox.storage import Disk, make_disk
+from sandbox.storage import Disk, let_go, make_disk, shut_down
 from sandbox.storage import unavailable as disk_unavailable
 
 INIT = Path(__file__).with_name("pid1.py")
@@ -87,6 +87,34 @@ def _exited(pidfd: int, timeout_sec: float = 0) -> bool:
     return bool(poller.poll(timeout_sec * 1000))
 
 
+async def _until_exited(pidfd: int, timeout_sec: float) -> bool:
+    """Wait until the process a pidfd holds has exited (the event loop told when it reads: no polling loop), up to
+    ``timeout_sec``; whether it has."""
+    if _exited(pidfd):
+        return True
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(True))
+    try:
+        return await asyncio.wait_for(exited, timeout_sec)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)
+
+
+async def _ended(proc: asyncio.subprocess.Process, wait_sec: float = 10) -> None:
+    """Wait for a killed host process to exit; one still there after ``wait_sec`` gets its group SIGKILLed, and
+    ``wait_sec`` more."""
+    for last in (False, True):
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=wait_sec)
+            return
+        except asyncio.TimeoutError:
+            if not last:
+                killpg(proc.pid)
+
+
 def _pidfd_of_child(pid: int, parent: int) -> int:
     """A pidfd of ``pid``, checked to be ``parent``'s child still running once held (so not a reused pid)."""
     try:
@@ -132,6 +160,7 @@ class Sandbox:
         self._disk: Disk | None = None
         self._layer: build_cache.Layer | None = None  # the cached build this sandbox starts from
         self._pid1_layers: dict[str, str] = {}  # to PID 1: a build's kept "stage_dir", or a cached "layer"
+        self._disk_in_init: tuple[int, int] | None = None  # PID 1's fd of its disk, and the disk's st_dev
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -235,7 +264,9 @@ class Sandbox:
             raise
 
     async def stop(self) -> None:
-        """Kill every process of the sandbox and remove its cgroup. Idempotent."""
+        """Kill every process of the sandbox and remove its cgroup; a disk-backed root is shut down first and let go of
+        on a thread of its own. Idempotent. Where its time goes: docs/sandbox.md#stopping-a-sandbox."""
+        disk = self._hold_disk()  # before the kill, while PID 1 holds it
         for proc in list(self._running):
             killpg(proc.pid)
         if self._init_pidfd is not None:
@@ -243,52 +274,53 @@ class Sandbox:
                 signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self._proc is not None:
-            if self._init_pidfd is not None:  # unshare reaps its child, PID 1, and exits
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            if self._proc.returncode is None:
-                killpg(self._proc.pid)
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            self._proc = None
+        elif self._proc is not None:  # no PID 1 known (a failed start): unshare's group, PID 1 with it
+            killpg(self._proc.pid)
+        if self._net_proc is not None:
+            killpg(self._net_proc.pid)
+        # unshare reaps PID 1 and exits (the sandbox's mounts go with it), the network helper dies: waited together
+        await asyncio.gather(*(_ended(p) for p in (self._proc, self._net_proc) if p is not None))
+        self._proc = self._net_proc = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
         if self._disk is not None:  # not yet mounted (a failed start): the loop device clears itself now
             self._disk.close()
             self._disk = None
-        if self._net_proc is not None:
-            killpg(self._net_proc.pid)
-            try:
-                await asyncio.wait_for(self._net_proc.wait(), timeout=10)
-            except asyncio.TimeoutError:
-                pass
-            self._net_proc = None
         if self._report_r is not None:
             self._drain_reports()
             self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
         if self._init_pidfd is not None:
-            deadline = time.monotonic() + 10
-            while not _exited(self._init_pidfd) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await _until_exited(self._init_pidfd, 10)  # at once: unshare reaped it
             os.close(self._init_pidfd)
             self._init_pidfd = None
-        if self._cgroup is not None:
+        if self._cgroup is not None:  # the cgroups of runs killed before their stop go at the next start
             self._cgroup.kill_all()
             self._cgroup.remove()
             self._cgroup = None
-            Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
         if self._layer is not None:  # unmounted with the namespace: it may be evicted now
             self._layer.release()
             self._layer = None
-        self._init_pid = None
+        if disk is not None:
+            let_go(disk)
+        self._init_pid = self._disk_in_init = None
+
+    def _hold_disk(self) -> int | None:
+        """An fd of the sandbox's disk (its file system shut down: nothing of it is written back), taken from PID 1
+        while it runs; the last hold on it once the sandbox is gone. None without a disk."""
+        if self._disk_in_init is None or self._init_pid is None:
+            return None
+        fd_number, rdev = self._disk_in_init
+        try:
+            fd = transfer.open_root(self._init_pid, self._alive, f"fd/{fd_number}", os.O_RDONLY)
+        except SandboxError:  # PID 1 is gone, and its mounts with it
+            return None
+        if not shut_down(fd, rdev):
+            os.close(fd)
+            return None
+        return fd
 
     async def _launch(self) -> None:
         cfg = self.config
@@ -355,7 +387,7 @@ class Sandbox:
             line = await asyncio.wait_for(self._proc.stdout.readline(), timeout=60)
         except asyncio.TimeoutError:
             line = b""
-        if line.strip() != b"READY":
+        if line.split()[:1] != [b"READY"]:
             err = b""
             try:
                 err = await asyncio.wait_for(self._proc.stderr.read(), timeout=2)
@@ -363,6 +395,7 @@ class Sandbox:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
         if self._disk is not None:  # mounted in the sandbox's namespace, which holds it from now on
+            self._disk_in_init = int(line.split()[1]), self._disk.rdev
             self._disk.close()
             self._disk = None
         if report_r is not None:  # read the records as they come: a full pipe would lose them

@@ -1,8 +1,9 @@
 """PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
 Runs in: any Python >= 3.11, standard library only, as ``python -I -S pid1.py sandbox_init:NAME CONFIG_FD`` (core).
 
-It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
-the owning process closes; the kernel then kills every process of the namespace.
+It prints ``READY`` (and the fd it holds of its disk, if it has one) when the root is built, and exits when the
+wall-time deadline passes or the lifeline pipe from the owning process closes; the kernel then kills every process of
+the namespace.
 The root it builds: docs/sandbox.md#inside-the-modules.
 """
 
@@ -421,7 +422,9 @@ def _write_resolv_conf(root: Root, text: str) -> None:
         print(f"sandbox: cannot write /etc/resolv.conf ({exc}); DNS queries are not recorded", file=sys.stderr)
 
 
-def build_root(cfg: dict) -> None:
+def build_root(cfg: dict) -> int | None:
+    """Build the sandbox's root and pivot into it; returns an fd of the disk's top folder (kept open for core's stop,
+    which shuts that file system down through it), or None without a disk."""
     sizes = cfg.get("tmpfs_mb") or {}
     storage_mb = int(sizes.get("root") or 1024)
     shm_mb = int(sizes.get("shm") or 64)
@@ -433,12 +436,14 @@ def build_root(cfg: dict) -> None:
                    for k in ("stage_dir", "layer"))
     stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
     disk = cfg.get("disk")  # storage past memory: an ext4 on a loop device (sandbox/storage.py) instead
+    disk_fd = None
     if kept is not None:
         mount(f"/proc/self/fd/{kept}", stage, None, MS_BIND)
         mount("none", stage, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
         os.close(kept)
     elif disk:
         mount(disk, stage, "ext4", MS_NOSUID | MS_NODEV, cfg.get("disk_options") or None)
+        disk_fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
         mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
     for d in ("u", "w", "root"):
@@ -539,6 +544,7 @@ def build_root(cfg: dict) -> None:
     pivot_root(".", ".")
     umount2(".", MNT_DETACH)
     os.chdir("/")
+    return disk_fd
 
 
 # ---------------------------------------------------------------- the recording resolver (no network)
@@ -675,7 +681,7 @@ def main() -> int:
     except OSError:
         pass  # an unprivileged user namespace may not lower it
     try:
-        build_root(cfg)
+        disk_fd = build_root(cfg)
         try:
             socket.sethostname(cfg.get("hostname") or "sandbox")
         except (OSError, AttributeError):
@@ -710,7 +716,7 @@ def main() -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     devnull = os.open("/dev/null", os.O_RDWR)  # before READY: no command has run, /dev/null is still ours
-    print("READY", flush=True)
+    print("READY" if disk_fd is None else f"READY {disk_fd}", flush=True)  # core reaches the disk through that fd
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     while True:

@@ -47,10 +47,11 @@ def in_root(root: int, path: str, flags: int = os.O_PATH) -> int:
     return _openat2(root, path, flags, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
 
 
-def open_root(pid: int, alive: Callable[[], bool]) -> int:
-    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid``. ``alive`` says whether that PID 1 (held by
-    what cannot be reused: its start time, a pidfd) still runs; asked once ``/proc/<pid>`` is open, a yes means that
-    folder is PID 1's and no reused pid can hand out another root (the host's)."""
+def open_root(pid: int, alive: Callable[[], bool], entry: str = "root", flags: int = os.O_PATH) -> int:
+    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid`` (or of another folder ``entry`` of
+    ``/proc/<pid>``, e.g. ``fd/7``, opened with ``flags``). ``alive`` says whether that PID 1 (held by what cannot be
+    reused: its start time, a pidfd) still runs; asked once ``/proc/<pid>`` is open, a yes means that folder is PID 1's
+    and no reused pid can hand out another root (the host's)."""
     gone = SandboxError("the sandbox is not running (its PID 1 is gone)")
     try:
         proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -59,7 +60,7 @@ def open_root(pid: int, alive: Callable[[], bool]) -> int:
     try:
         if not alive():
             raise gone
-        return os.open("root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+        return os.open(entry, flags | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
     except OSError:  # it ended since: the folder of a dead process leads nowhere
         raise gone from None
     finally:
