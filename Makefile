@@ -20,7 +20,10 @@ TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
 comma := ,
 
 .PHONY: setup harbor sft learn learn-pivot grpo-agentic test test-fast bench clean
+# setup also builds the sandbox's compiled way in (sandbox/enter.c; gcc comes with `make harbor`); without a compiler
+# it says why and commands enter through sandbox/enter.py
 setup: $(VENV)/.installed harbor
+	$(PY) -m sandbox.build_enter || true
 
 # Harbor (evals) lives in its own Python >= 3.12 venv, .venv-harbor: its pins differ from the training stack's
 harbor:

@@ -229,7 +229,8 @@ class TaskEnvironment:
     def _start(self) -> None:
         """Start the episode's sandbox: the task's Dockerfile replayed; a failure is `sandbox_start`, not scored."""
         started = time.monotonic()
-        config = SandboxConfig(environment_dir=self._task / "environment", workdir=TaskFolder.of(self._task).workdir,
+        task = TaskFolder.of(self._task)
+        config = SandboxConfig(environment_dir=task.environment_dir, workdir=task.workdir, build_args=task.build_args,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
                                wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC, max_output_bytes=1 << 20)
         box = BlockingSandbox(config)
@@ -281,16 +282,17 @@ class TaskEnvironment:
             # what the agent did to the verifier's paths is recorded (harbor_tasks.evidence), then the folder is made
             # fresh and the tests uploaded; the output is the harness's capture, the reward read from the host
             watch.check_paths()
-            self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}",
-                           timeout_sec=30)
+            # as Harbor does: the harness's steps as root, the tests as the task's default user (its final USER)
+            self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR} && "
+                           f"chmod 777 {VERIFIER_DIR}", timeout_sec=30, user="root")
             self._box.upload_dir(self._task / "tests", TESTS_DIR)
             watch.expect_tests([self._task / "tests"])
+            self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh", timeout_sec=30, user="root")
             watch.before_verifier()
             mark = self._box.network_mark()
             try:
                 # as Harbor runs it: the script itself (its shebang's interpreter, not a bash looked up on PATH)
-                output = self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh; "
-                                        f"{TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
+                output = self._box.exec(f"{TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
             except SandboxExecTimeoutError:
                 timed_out = True
             reward_json, reward_txt = watch.after_verifier()

@@ -20,6 +20,7 @@ from harbor_tasks.verdict import VERIFIER_TOOLS
 from sandbox import EnvironmentBuildError, dockerfile
 from sandbox.core import DEFAULT_PATH
 from sandbox.images import ImageStore, load_images_file
+from sandbox.users import ROOT_SPECS
 
 RUNS, DIFFERS, CANNOT = "runs", "differs", "cannot"
 # commands that download when they run (the first word, and what must follow it)
@@ -165,10 +166,11 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
     df = task_dir / "environment" / "Dockerfile"
     compose = (task_dir / "environment" / "docker-compose.yaml").is_file() and not df.is_file()
     try:
-        base = dockerfile.base_image(df)
-    except EnvironmentBuildError as err:  # a Dockerfile that is no regular file, or a giant
+        build = dockerfile.plan(df, task.build_args)
+    except EnvironmentBuildError as err:  # a Dockerfile mistake (named by line), no regular file, or a giant
         check.cannot(str(err))
         return check
+    base = build.base
     if env != "local":
         return _check_harbor_env(check, env, compose, image, df)
     if compose:
@@ -197,6 +199,7 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
 
     # the build (replayed unless the task's own image is the root file system)
     if df.is_file() and not own_image:
+        _check_replay(check, build, env_kwargs)
         runs = "\n".join(rest for op, rest in dockerfile.parse(df) if op == "RUN")
         downloads = network_lines(runs)
         if downloads and not has_network:
@@ -232,6 +235,20 @@ def check_task(task_dir: Path, env: str, env_kwargs: dict[str, str], store: Imag
     if has_network:
         check.notes.append(f"network by {network}")
     return check
+
+
+def _check_replay(check: TaskCheck, build: dockerfile.Build, env_kwargs: dict[str, str]) -> None:
+    """What of the Dockerfile the sandbox does not obey, by line; build_args no ARG declares."""
+    for item in build.not_obeyed:
+        check.differs(f"environment/{item}")
+    mode = env_kwargs.get("mode", "auto")
+    if mode == "userns" or (mode == "auto" and os.geteuid() != 0):
+        for step in build.steps:
+            if step.op == "USER" and step.args[0] not in ROOT_SPECS:
+                check.differs(f"environment/Dockerfile:{step.line}: USER {step.args[0]}: runs as root (as an ordinary "
+                              "user the sandbox maps only root; as root it runs as that user)")
+    if build.unused_args:
+        check.notes.append(f"build_args {', '.join(build.unused_args)}: no ARG of the Dockerfile declares them")
 
 
 def _check_harbor_env(check: TaskCheck, env: str, compose: bool, image: str | None, df: Path) -> TaskCheck:

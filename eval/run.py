@@ -8,6 +8,7 @@ Runs in: the training venv; it runs `.venv-harbor/bin/harbor run` as a subproces
         [--results_file NAME] [--wandb_run_id ID]
     python -m eval.run --model_url URL --model NAME [--api_key KEY] --suite SUITE [same options]
     python -m eval.run --suite DIR --dry_run [--env ENV] [--env_kwargs "..."]    # preflight: can each task run?
+    python -m eval.run --suite DIR --prepare [--env_kwargs "..."]   # build the local sandbox's cached layers
 
 SUITE is `builtin:terminal`, `builtin:evocode`, a Harbor dataset name (`terminal-bench@2.0`), a local path to
 Harbor tasks, or a JSONL of decision points (eval/decision_points.py); `--env local` is this repo's sandbox. The
@@ -32,6 +33,7 @@ from common.errors import UserError
 from eval import settings as eval_settings
 from eval.decision_points import evaluate_decision_points, is_decision_point_suite
 from eval.job_dir import read_job
+from eval import prepare as build_ahead
 from eval.preflight import parse_env_kwargs, preflight, report_lines
 from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
 from eval.serve import eval_served_name, sanitize_model_name, serve_checkpoint
@@ -227,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: %(default)s)")
     parser.add_argument("--dry_run", action="store_true", help=(
         "run nothing: say per task of --suite (a local folder) whether it can run under --env and why not"))
+    parser.add_argument("--prepare", action="store_true", help=(
+        "build the local sandbox's cached layer of every task of --suite (a local folder) with --env_kwargs, and say "
+        "per task built, cached or failed; the run that follows starts every trial from them"))
     parser.add_argument("--wandb_run_id", help="log eval/<suite>/<metric> into this W&B run (resumed)")
     parser.add_argument("--wandb_project", default=os.environ.get("WANDB_PROJECT", "terminal-recipes"),
                         help="the W&B project of --wandb_run_id (default: $WANDB_PROJECT or %(default)s)")
@@ -249,6 +254,22 @@ def dry_run(settings: EvalSettings) -> int:
     return 0
 
 
+def prepare_suite(settings: EvalSettings) -> int:
+    """The cached layers of --suite's tasks (eval/prepare.py), built ahead of a run; a line per task and a summary."""
+    started = time.monotonic()
+    try:
+        source = suite_source(settings.suite)
+        if source[0] != "-p" or settings.env != "local":
+            raise EvalError("--prepare builds the local sandbox's layers (--env local) of a local folder of tasks "
+                            f"(--suite DIR), not --suite {settings.suite} --env {settings.env}")
+        rows = build_ahead.prepare(source[1], settings.env_kwargs, settings.concurrency)
+    except (EvalError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(build_ahead.report_lines(rows, time.monotonic() - started)))
+    return 1 if any(r["status"] == "failed" for r in rows) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -258,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = eval_settings.from_args(args)
     if args.dry_run:
         return dry_run(settings)
+    if args.prepare:
+        return prepare_suite(settings)
     if bool(args.checkpoint) == bool(args.model_url):
         print("error: give exactly one of --checkpoint DIR (served for the eval) or --model_url URL --model NAME "
               "(already served)", file=sys.stderr)

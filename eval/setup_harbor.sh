@@ -17,8 +17,10 @@ STAMP="$VENV/.installed-harbor-$HARBOR_VERSION"
 #   passt       pasta, and slirp4netns: user-mode networking for tasks that allow internet (--ek network=...)
 #   skopeo, umoci   image archives, OCI layouts and pulls as the sandbox's root file system (--ek images=/pull=)
 #   mmdebstrap  builds the Debian root file systems the tests run tasks in
+#   gcc         builds the sandbox's compiled entry helper (sandbox/enter.c; without it commands enter by enter.py)
 missing=()
-for pair in tmux:tmux pasta:passt slirp4netns:slirp4netns skopeo:skopeo umoci:umoci mmdebstrap:mmdebstrap; do
+for pair in tmux:tmux pasta:passt slirp4netns:slirp4netns skopeo:skopeo umoci:umoci mmdebstrap:mmdebstrap \
+            cc:gcc cc:libc6-dev; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

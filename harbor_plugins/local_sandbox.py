@@ -20,6 +20,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities, Environmen
 from harbor.models.trial.paths import EnvironmentPaths
 
 from harbor_tasks.evidence import TESTS_DIR, VerifierWatch
+from harbor_tasks.folder import TaskFolder
 from harbor_tasks.verdict import TAMPER_FILE, TEST_STDOUT, VERIFIER_DIR, judge_verifier_run
 from sandbox import EnvironmentBuildError, Sandbox, SandboxConfig, SandboxError, dockerfile, missing_host_tools
 from sandbox.config import NETWORKS
@@ -66,7 +67,10 @@ class LocalSandboxEnvironment(BaseEnvironment):
     ``network`` (none|pasta|slirp4netns: user-mode networking for tasks that allow internet; default none),
     ``images`` (a JSON file: image reference -> OCI layout, image tarball or root file system tarball/folder),
     ``pull`` (true: pull images that file does not name with skopeo; needs the network), ``image_cache``
-    (where unpacked images are kept; default ~/.cache/terminal-recipes/images).
+    (where unpacked images are kept; default ~/.cache/terminal-recipes/images), ``entry`` (auto|compiled|python:
+    how each command enters the sandbox, ``SandboxConfig.entry``), ``build_cache`` (true: a task's Dockerfile is
+    replayed once into a cached layer that later trials mount; false: replayed in every trial), ``build_cache_dir``
+    (default ~/.cache/terminal-recipes/build-cache), ``build_cache_mb`` (its size bound, 20480).
     """
 
     def __init__(
@@ -91,6 +95,10 @@ class LocalSandboxEnvironment(BaseEnvironment):
         images: str | None = None,
         pull: bool | str = False,
         image_cache: str | None = None,
+        entry: str = "auto",
+        build_cache: bool | str = True,
+        build_cache_dir: str | None = None,
+        build_cache_mb: int | str = 20480,
         **kwargs,
     ):
         self._knobs = {
@@ -99,6 +107,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             "max_processes": _number("max_processes", max_processes, int),
             "cpu_time_sec": _number("cpu_time_sec", cpu_time_sec, int),
             "wall_sec": _number("wall_sec", wall_sec, float),
+            "entry": str(entry),
         }
         self._default_memory_mb = _number("memory_mb", memory_mb, int)
         self._default_storage_mb = _number("storage_mb", storage_mb, int)
@@ -111,6 +120,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
         self._images_file = str(images) if images else None
         self._pull = _flag("pull", pull)
         self._image_cache = str(image_cache) if image_cache else None
+        self._build_cache = {"build_cache": _flag("build_cache", build_cache),
+                             "build_cache_dir": str(build_cache_dir) if build_cache_dir else None,
+                             "build_cache_mb": _number("build_cache_mb", build_cache_mb, int)}
         self._sandbox: Sandbox | None = None
         self._agent_mark = 0
         self._watch: VerifierWatch | None = None
@@ -306,6 +318,11 @@ class LocalSandboxEnvironment(BaseEnvironment):
                 path.write_text(text)
 
     # ------------------------------------------------------------------ mapping
+    @property
+    def _build_args(self) -> dict[str, str]:
+        """The task's `[environment] build_args` (Harbor's model of the section drops keys it does not know)."""
+        return TaskFolder.of(self.environment_dir.parent).build_args
+
     def _running(self) -> Sandbox:
         if self._sandbox is None:
             raise SandboxError("local sandbox not started")
@@ -315,7 +332,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         """(the unpacked image, whether it is the task's own docker_image) with --ek images/pull; else (None, False).
         Blocking (it may unpack or pull): run in a thread."""
         cfg = self.task_env_config
-        base = dockerfile.base_image(self.environment_dir / "Dockerfile")
+        base = dockerfile.base_image(self.environment_dir / "Dockerfile", self._build_args)
         if not (self._images_file or self._pull):
             if cfg.docker_image or base:
                 self.logger.info(f"local sandbox: image {cfg.docker_image or base} noted, not obeyed: the host's "
@@ -348,16 +365,20 @@ class LocalSandboxEnvironment(BaseEnvironment):
             memory_mb=self._effective_memory_mb or self._default_memory_mb,
             storage_mb=cfg.storage_mb or self._default_storage_mb,
             cpus=self._effective_cpus,
-            workdir=cfg.workdir or (root.workdir if root else None),
+            workdir=cfg.workdir,
             environment_dir=self.environment_dir,
             # the task's own image holds its build already; otherwise the Dockerfile is replayed (docker_image or not)
             dockerfile="ignore" if own_image else self._dockerfile_mode,
             build_timeout_sec=int(cfg.build_timeout_sec or 600),
+            build_args=self._build_args,
+            image_env=dict(root.env) if root else {},
+            image_workdir=root.workdir if root else None,
+            image_user=root.user if root else None,
             hide=[str(p) for p in hide],
             expose=self._expose,
-            env=dict(root.env) if root else {},
             network=self._network if not self._network_disabled else "none",
             rootfs=root.rootfs if root else None,
+            **self._build_cache,
             name=self.session_id.replace("/", "_"),
         )
         if self._network != "none" and self._network_disabled:

@@ -146,6 +146,16 @@ class TaskFolder:
         return image if isinstance(image, str) and image else None
 
     @property
+    def build_args(self) -> dict[str, str]:
+        """`[environment] build_args`: the Dockerfile's ARG values, as `docker build --build-arg NAME=value` gives them
+        (a table of strings; numbers and booleans as TOML writes them, anything else left out)."""
+        table = self.environment.get("build_args")
+        if not isinstance(table, dict):
+            return {}
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in table.items()
+                if isinstance(v, (str, int, float))}
+
+    @property
     def memory_mb(self) -> int | None:
         return _positive_int(self.environment.get("memory_mb"))
 

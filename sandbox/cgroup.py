@@ -5,6 +5,7 @@ Runs in: any Python >= 3.11, standard library only; in the process that owns the
 from __future__ import annotations
 
 import os
+import select
 import shlex
 import signal
 import time
@@ -131,13 +132,7 @@ class Cgroup:
         return ["/bin/sh", "-c", f'for f in {files}; do echo $$ > "$f" || exit 125; done; exec "$@"', "sh"]
 
     def pids(self) -> set[int]:
-        out: set[int] = set()
-        for d in self.dirs:
-            try:
-                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
-            except OSError:
-                pass
-        return out
+        return set().union(*(_procs(d) for d in self.dirs))
 
     def kill_all(self) -> None:
         for d in self.dirs:
@@ -153,17 +148,22 @@ class Cgroup:
                 except ProcessLookupError:
                     pass
 
-    def remove(self) -> None:
-        """Remove this sandbox's cgroups, and their base folders when no other sandbox uses them."""
+    def remove(self, wait_sec: float = 5.0) -> None:
+        """Remove this sandbox's cgroups, and their base folders when no other sandbox uses them. A cgroup that
+        processes are still leaving (killed, not yet exited) goes once they have exited, waited for by their pidfds
+        (up to ``wait_sec`` in all)."""
+        deadline = time.monotonic() + wait_sec
         for d in self.dirs:
-            for _ in range(50):
+            while True:
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.05)
+                    if time.monotonic() >= deadline:
+                        break
+                    _until_exited(_procs(d), deadline)
             if d.parent.name == CGROUP_BASE:
                 _rmdir_if_empty(d.parent)
 
@@ -181,6 +181,35 @@ def _bases() -> list[Path]:
         except FileNotFoundError:
             continue
     return out
+
+
+def _procs(d: Path) -> set[int]:
+    try:
+        return {int(x) for x in (d / "cgroup.procs").read_text().split()}
+    except OSError:
+        return set()
+
+
+def _until_exited(pids: set[int], deadline: float) -> None:
+    """Wait until each of ``pids`` (killed) has exited, its pidfd readable (no polling loop), or ``deadline`` passes."""
+    poller, pidfds = select.poll(), []
+    for pid in pids:
+        try:
+            pidfds.append(os.pidfd_open(pid))
+        except OSError:  # gone already
+            continue
+        poller.register(pidfds[-1], select.POLLIN)
+    try:
+        waiting = len(pidfds)
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):
+                poller.unregister(fd)
+                waiting -= 1
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+    if not pidfds:  # none left in it, yet still busy: the kernel is finishing their exits
+        time.sleep(0.005)
 
 
 def _rmdir_if_empty(base: Path) -> None:

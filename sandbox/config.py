@@ -12,6 +12,7 @@ MODES = ("auto", "root", "userns")
 LIMITS = ("strict", "best-effort")
 DOCKERFILE_MODES = ("emulate", "ignore")
 NETWORKS = ("none", "pasta", "slirp4netns")
+ENTRIES = ("auto", "compiled", "python")
 
 
 def _new_name() -> str:
@@ -30,9 +31,12 @@ class SandboxConfig:
     write together may hold: a tmpfs, or as root where it exceeds the memory budget (``tmpfs_budget_mb``) an ext4
     of that size on disk, in ``disk_dir``, default the temporary folder), ``cpus`` (CPU quota, root mode only;
     None = no quota).
-    ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else ``/app``.
-    ``environment_dir``: the build context holding a ``Dockerfile`` whose subset is replayed at start
-    when ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each). ``hide``: host
+    ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else the image's, else
+    ``/app``. ``environment_dir``: the build context holding a ``Dockerfile`` that is replayed at start when
+    ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each; its ``ARG`` values ``build_args``,
+    as ``docker build --build-arg``). ``image_env``, ``image_workdir``, ``image_user``: what the base image's config
+    sets (its ``Env``, ``WorkingDir``, ``User``), under the Dockerfile's ``ENV``, ``WORKDIR`` and ``USER``; the
+    final ``USER`` is whom ``exec`` runs as by default. ``hide``: host
     paths covered by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
     Of the host the sandbox sees only ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc`` (password
     hashes and private keys removed) and the package databases of ``/var``; ``expose``: more host
@@ -40,7 +44,7 @@ class SandboxConfig:
     command's stdout and stderr only this much is kept (the rest is dropped, a note appended);
     ``max_download_bytes``: a downloaded file over it fails, files over it in a downloaded folder are
     skipped (a warning), a folder stream over it in all fails (sparse files count their full size).
-    ``env``: variables of every command, over PATH/HOME/LANG and the Dockerfile's ``ENV``; nothing of
+    ``env``: variables of every command, over PATH/HOME/LANG, the image's and the Dockerfile's ``ENV``; nothing of
     this process's own environment is passed in. ``name``: names the cgroup and the PID 1 process.
     ``network``: ``none`` (loopback only; a resolver on 127.0.0.1 answers no name and records the names asked,
     ``Sandbox.names_asked``), or user-mode networking by ``pasta`` or ``slirp4netns`` (the host programs, Debian
@@ -48,6 +52,12 @@ class SandboxConfig:
     ``rootfs``: an unpacked root file system (a folder, see ``sandbox.images``) that the sandbox runs instead of
     the host's system folders: it is the read-only lower layer of one overlay that becomes ``/`` (``hide`` and the
     ``/etc`` sanitizing then have nothing to do; ``expose`` still binds host paths read-only).
+    ``entry``: how each command enters, with the same steps either way: ``auto`` (the compiled helper,
+    sandbox/enter.c, where it is built, else sandbox/enter.py), ``compiled`` (the helper or a SandboxError) or
+    ``python`` (sandbox/enter.py).
+    ``build_cache``: the Dockerfile is replayed once per key into a layer in ``build_cache_dir`` (default
+    ``$XDG_CACHE_HOME/terminal-recipes/build-cache``), which later starts mount read-only; the folder is kept under
+    ``build_cache_mb``, least recently used layers evicted first (``sandbox/build_cache.py``).
     """
 
     mode: str = "auto"
@@ -62,6 +72,10 @@ class SandboxConfig:
     environment_dir: Path | None = None
     dockerfile: str = "emulate"
     build_timeout_sec: float = 600
+    build_args: dict[str, str] = field(default_factory=dict)
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_workdir: str | None = None
+    image_user: str | None = None
     hide: list[str] = field(default_factory=list)
     expose: list[str] = field(default_factory=list)
     max_output_bytes: int = 16 * 1024 * 1024
@@ -71,6 +85,10 @@ class SandboxConfig:
     network: str = "none"
     rootfs: Path | None = None
     disk_dir: Path | None = None
+    entry: str = "auto"
+    build_cache: bool = True
+    build_cache_dir: Path | None = None
+    build_cache_mb: int = 20480
     name: str = field(default_factory=_new_name)
 
     def tmpfs_budget_mb(self) -> int:
@@ -95,11 +113,11 @@ class SandboxConfig:
 
     def __post_init__(self) -> None:
         for key, allowed in (("mode", MODES), ("limits", LIMITS), ("dockerfile", DOCKERFILE_MODES),
-                             ("network", NETWORKS)):
+                             ("network", NETWORKS), ("entry", ENTRIES)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sandbox {key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         for key in ("max_processes", "cpu_time_sec", "wall_sec", "memory_mb", "storage_mb", "build_timeout_sec",
-                    "max_output_bytes", "max_download_bytes"):
+                    "max_output_bytes", "build_cache_mb", "max_download_bytes"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"sandbox {key} must be positive, not {getattr(self, key)!r}")
         if self.cpus is not None and not self.cpus > 0:
@@ -110,6 +128,8 @@ class SandboxConfig:
             self.environment_dir = Path(self.environment_dir)
         if self.disk_dir is not None:
             self.disk_dir = Path(self.disk_dir)
+        if self.build_cache_dir is not None:
+            self.build_cache_dir = Path(self.build_cache_dir)
         if self.rootfs is not None:
             self.rootfs = Path(self.rootfs)
             if not self.rootfs.is_absolute() or any(c in str(self.rootfs) for c in ",:\n"):

@@ -1,7 +1,7 @@
 """``Sandbox``: one namespace sandbox on this host, driven with asyncio.
 Runs in: any Python >= 3.11, standard library only (plus util-linux's unshare and prlimit on the host).
 
-``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.py, ``stop``
+``start`` launches sandbox/pid1.py in fresh namespaces, ``exec`` runs one command through sandbox/enter.c|py, ``stop``
 (or this process's death, or ``wall_sec``) kills PID 1 and with it every process inside; ``names_asked`` reports
 the names the sandbox's resolver refused.
 How: docs/sandbox.md#inside-the-modules; the network: docs/sandbox.md#what-is-isolated.
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import dockerfile, transfer
+from sandbox import build_cache, dockerfile, entry, transfer, users
 from sandbox.cgroup import Cgroup
 from sandbox.config import SandboxConfig
 from sandbox.enter import CAP_NUMBERS, EXIT_SANDBOX_GONE
@@ -34,7 +34,7 @@ from sandbox.inside import Root
 from sandbox.names_asked import NamesAsked
 from sandbox.processes import find_child_pid, kill_group, killpg
 from sandbox.storage import MOUNT_OPTIONS as DISK_MOUNT_OPTIONS
-from sandbox.storage import Disk, make_disk
+from sandbox.storage import Disk, let_go, make_disk, shut_down
 from sandbox.storage import unavailable as disk_unavailable
 
 INIT = Path(__file__).with_name("pid1.py")
@@ -87,6 +87,34 @@ def _exited(pidfd: int, timeout_sec: float = 0) -> bool:
     return bool(poller.poll(timeout_sec * 1000))
 
 
+async def _until_exited(pidfd: int, timeout_sec: float) -> bool:
+    """Wait until the process a pidfd holds has exited (the event loop told when it reads: no polling loop), up to
+    ``timeout_sec``; whether it has."""
+    if _exited(pidfd):
+        return True
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(True))
+    try:
+        return await asyncio.wait_for(exited, timeout_sec)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)
+
+
+async def _ended(proc: asyncio.subprocess.Process, wait_sec: float = 10) -> None:
+    """Wait for a killed host process to exit; one still there after ``wait_sec`` gets its group SIGKILLed, and
+    ``wait_sec`` more."""
+    for last in (False, True):
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=wait_sec)
+            return
+        except asyncio.TimeoutError:
+            if not last:
+                killpg(proc.pid)
+
+
 def _pidfd_of_child(pid: int, parent: int) -> int:
     """A pidfd of ``pid``, checked to be ``parent``'s child still running once held (so not a reused pid)."""
     try:
@@ -121,14 +149,18 @@ class Sandbox:
         self._lifeline_w: int | None = None
         self._cgroup: Cgroup | None = None
         self._userns = False
-        self._dockerfile_env: dict[str, str] = {}
-        self._uid_cache: dict[str, tuple[int, int, str, list[int]]] = {}
+        self._dockerfile_env: dict[str, str] = {}  # the image's Env with the Dockerfile's ENV over it
+        self._default_user: str | None = None  # the final USER of the image or the Dockerfile
+        self._warned_users: set[str] = set()
         self._running: set[asyncio.subprocess.Process] = set()
         self._report_r: int | None = None
         self._reading: asyncio.AbstractEventLoop | None = None
         self._asked = NamesAsked()
         self._net_proc: asyncio.subprocess.Process | None = None
         self._disk: Disk | None = None
+        self._layer: build_cache.Layer | None = None  # the cached build this sandbox starts from
+        self._pid1_layers: dict[str, str] = {}  # to PID 1: a build's kept "stage_dir", or a cached "layer"
+        self._disk_in_init: tuple[int, int] | None = None  # PID 1's fd of its disk, and the disk's st_dev
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -152,6 +184,17 @@ class Sandbox:
     def command_path(self, env: dict[str, str] | None = None) -> str:
         """The PATH a command run with ``env`` gets (the task's and the Dockerfile's ENV, else the default)."""
         return {**self._dockerfile_env, **self.config.env, **(env or {})}.get("PATH") or DEFAULT_PATH
+
+    @property
+    def default_user(self) -> str | None:
+        """Whom ``exec`` runs as when no user is given: the final ``USER`` of the Dockerfile or the image (None: root),
+        as ``docker exec`` defaults to the image's."""
+        return self._default_user
+
+    @property
+    def userns(self) -> bool:
+        """Whether the sandbox runs in a user namespace (an ordinary user's sandbox), where only root is mapped."""
+        return self._userns
 
     @property
     def userland(self) -> str:
@@ -212,6 +255,8 @@ class Sandbox:
         if missing:
             raise SandboxError(f"the sandbox needs util-linux, tar and bash on this host; missing: {', '.join(missing)}")
         try:
+            self._layer = await build_cache.acquire(self)
+            self._pid1_layers = {"layer": str(self._layer.path)} if self._layer is not None else {}
             await self._launch()
             await self._prepare()
         except BaseException:
@@ -219,7 +264,9 @@ class Sandbox:
             raise
 
     async def stop(self) -> None:
-        """Kill every process of the sandbox and remove its cgroup. Idempotent."""
+        """Kill every process of the sandbox and remove its cgroup; a disk-backed root is shut down first and let go of
+        on a thread of its own. Idempotent. Where its time goes: docs/sandbox.md#stopping-a-sandbox."""
+        disk = self._hold_disk()  # before the kill, while PID 1 holds it
         for proc in list(self._running):
             killpg(proc.pid)
         if self._init_pidfd is not None:
@@ -227,49 +274,53 @@ class Sandbox:
                 signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self._proc is not None:
-            if self._init_pidfd is not None:  # unshare reaps its child, PID 1, and exits
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            if self._proc.returncode is None:
-                killpg(self._proc.pid)
-                try:
-                    await asyncio.wait_for(self._proc.wait(), timeout=10)
-                except asyncio.TimeoutError:
-                    pass
-            self._proc = None
+        elif self._proc is not None:  # no PID 1 known (a failed start): unshare's group, PID 1 with it
+            killpg(self._proc.pid)
+        if self._net_proc is not None:
+            killpg(self._net_proc.pid)
+        # unshare reaps PID 1 and exits (the sandbox's mounts go with it), the network helper dies: waited together
+        await asyncio.gather(*(_ended(p) for p in (self._proc, self._net_proc) if p is not None))
+        self._proc = self._net_proc = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
         if self._disk is not None:  # not yet mounted (a failed start): the loop device clears itself now
             self._disk.close()
             self._disk = None
-        if self._net_proc is not None:
-            killpg(self._net_proc.pid)
-            try:
-                await asyncio.wait_for(self._net_proc.wait(), timeout=10)
-            except asyncio.TimeoutError:
-                pass
-            self._net_proc = None
         if self._report_r is not None:
             self._drain_reports()
             self._stop_reading()
             os.close(self._report_r)
             self._report_r = None
         if self._init_pidfd is not None:
-            deadline = time.monotonic() + 10
-            while not _exited(self._init_pidfd) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await _until_exited(self._init_pidfd, 10)  # at once: unshare reaped it
             os.close(self._init_pidfd)
             self._init_pidfd = None
-        if self._cgroup is not None:
+        if self._cgroup is not None:  # the cgroups of runs killed before their stop go at the next start
             self._cgroup.kill_all()
             self._cgroup.remove()
             self._cgroup = None
-            Cgroup.sweep_stale()  # cgroups of runs that were killed before their stop
-        self._init_pid = None
+        if self._layer is not None:  # unmounted with the namespace: it may be evicted now
+            self._layer.release()
+            self._layer = None
+        if disk is not None:
+            let_go(disk)
+        self._init_pid = self._disk_in_init = None
+
+    def _hold_disk(self) -> int | None:
+        """An fd of the sandbox's disk (its file system shut down: nothing of it is written back), taken from PID 1
+        while it runs; the last hold on it once the sandbox is gone. None without a disk."""
+        if self._disk_in_init is None or self._init_pid is None:
+            return None
+        fd_number, rdev = self._disk_in_init
+        try:
+            fd = transfer.open_root(self._init_pid, self._alive, f"fd/{fd_number}", os.O_RDONLY)
+        except SandboxError:  # PID 1 is gone, and its mounts with it
+            return None
+        if not shut_down(fd, rdev):
+            os.close(fd)
+            return None
+        return fd
 
     async def _launch(self) -> None:
         cfg = self.config
@@ -290,7 +341,7 @@ class Sandbox:
             except OSError:
                 pass
         self._report_r = report_r
-        self._disk = await self._storage_disk()
+        self._disk = None if "stage_dir" in self._pid1_layers else await self._storage_disk()
         init_cfg = {
             "tmpfs_mb": cfg.tmpfs_sizes_mb(self._userns),
             "disk": self._disk.device if self._disk else None,
@@ -304,6 +355,7 @@ class Sandbox:
             "resolver": cfg.network == "none",
             "report_fd": report_w if report_w is not None else -1,
             "resolv_conf": RESOLV_OFFLINE if cfg.network == "none" else f"nameserver {NET_DNS}\n",
+            **self._pid1_layers,
         }
         argv = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "--cgroup",
                 "--propagation", "private", "--kill-child"]
@@ -335,7 +387,7 @@ class Sandbox:
             line = await asyncio.wait_for(self._proc.stdout.readline(), timeout=60)
         except asyncio.TimeoutError:
             line = b""
-        if line.strip() != b"READY":
+        if line.split()[:1] != [b"READY"]:
             err = b""
             try:
                 err = await asyncio.wait_for(self._proc.stderr.read(), timeout=2)
@@ -343,6 +395,7 @@ class Sandbox:
                 pass
             raise SandboxError(f"sandbox failed to start: {(line + err).decode(errors='replace').strip()}")
         if self._disk is not None:  # mounted in the sandbox's namespace, which holds it from now on
+            self._disk_in_init = int(line.split()[1]), self._disk.rdev
             self._disk.close()
             self._disk = None
         if report_r is not None:  # read the records as they come: a full pipe would lose them
@@ -424,21 +477,27 @@ class Sandbox:
                            + (f": {' '.join(lines)[-500:]}" if lines else ""))
 
     async def _prepare(self) -> None:
+        """Replay the Dockerfile (sandbox/dockerfile.py); take its final ENV, USER and WORKDIR (made if missing)."""
         cfg = self.config
-        df = cfg.environment_dir / "Dockerfile" if cfg.environment_dir else None
-        self.workdir = cfg.workdir or (dockerfile.workdir(df) if df else None) or "/app"
+        build = None
+        if cfg.environment_dir is not None and cfg.dockerfile == "emulate":
+            build = dockerfile.plan(cfg.environment_dir / "Dockerfile", cfg.build_args, cfg.image_env,
+                                    cfg.image_workdir, cfg.image_user)
+            if self._layer is None:  # else built once into the cached layer this sandbox mounts (sandbox/build_cache.py)
+                await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
+        self.workdir = cfg.workdir or (build.workdir if build else cfg.image_workdir) or "/app"
         res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
-        if df is not None and cfg.dockerfile == "emulate":
-            await dockerfile.replay(self, df, cfg.environment_dir, self._dockerfile_env,
-                                    cfg.build_timeout_sec, self.logger)
+        self._dockerfile_env = dict(build.env if build else cfg.image_env)
+        self._default_user = build.user if build else cfg.image_user
 
     # ------------------------------------------------------------------ commands and files
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: float | None = None, user: str | int | None = None,
                    until_exit: bool = False) -> ExecResult:
-        """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: root).
+        """Run ``command`` with ``bash -c`` in ``cwd`` (default: the workdir) as ``user`` (default: ``default_user``,
+        else root).
 
         Raises ``SandboxExecTimeoutError`` past ``timeout_sec``; then, and when the call is cancelled,
         the command's whole process group is killed. ``until_exit``: the output is read until the command exits (and
@@ -463,20 +522,64 @@ class Sandbox:
             rc = 137
         return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=rc)
 
-    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root. The host writes it
-        itself, beneath the sandbox's root (sandbox/transfer.py): no program of the sandbox runs."""
+    async def upload_file(self, source_path: Path | str, target_path: str, owner: tuple[int, int] | None = None,
+                          mode: int | None = None) -> None:
+        """Copy a host file to ``target_path`` (into it, when that is a folder), owned by root or ``owner`` (uid, gid;
+        see ``owner()``), with its mode or ``mode``. The host writes it itself, beneath the sandbox's root
+        (sandbox/transfer.py): no program of the sandbox runs."""
         source = Path(source_path)
         if not source.is_file():
             raise FileNotFoundError(f"Source file not found: {source}")
-        await self._transfer(transfer.upload_file, source, target_path)
+        await self._transfer(transfer.upload_file, source, target_path, owner, mode)
 
-    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy the contents of a host folder into ``target_dir`` (created), owned by root; links stay links."""
+    async def upload_dir(self, source_dir: Path | str, target_dir: str, owner: tuple[int, int] | None = None,
+                         mode: int | None = None) -> None:
+        """Copy the contents of a host folder into ``target_dir`` (created), owned by root or ``owner``, with their
+        modes or ``mode``; links stay links."""
         source = Path(source_dir)
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory not found: {source}")
-        await self._transfer(transfer.upload_dir, source, target_dir)
+        await self._transfer(transfer.upload_dir, source, target_dir, owner, mode)
+
+    async def make_dir(self, path: str, owner: tuple[int, int] | None = None) -> None:
+        """``mkdir -p path``, the folders it makes owned by ``owner`` (uid, gid) when given; the host makes them."""
+        await self._transfer(transfer.make_dirs, path, owner)
+
+    def owner(self, spec: str | None) -> tuple[int, int] | None:
+        """The (uid, gid) that ``COPY --chown=spec`` gives, read from the sandbox's /etc/passwd and /etc/group
+        (sandbox/users.py); None for root, and in user-namespace mode, where only root is mapped (a warning says
+        so). ``SandboxError`` names a user or group the sandbox lacks."""
+        if spec is None or spec in users.ROOT_SPECS:
+            return None
+        with self.root() as root:
+            try:
+                ids = users.owner(root, spec)
+            except LookupError as err:
+                raise SandboxError(str(err)) from None
+        return None if ids == (0, 0) or self._only_root(spec) else ids
+
+    def exec_user(self, user: str | int | None = None) -> users.ExecUser:
+        """Whom ``exec(user=user)`` runs as, read from the sandbox's /etc/passwd and /etc/group as ``docker exec``
+        reads them (sandbox/users.py); ``SandboxError`` names a user or group the sandbox lacks. In user-namespace
+        mode only root is mapped: anyone else runs as root (a warning says so)."""
+        user = self._default_user if user is None else user
+        spec = str(user)
+        if user is None or spec in users.ROOT_SPECS:
+            return users.ROOT
+        with self.root() as root:
+            try:
+                found = users.exec_user(root, spec)
+            except LookupError as err:
+                raise SandboxError(str(err)) from None
+        return users.ROOT if (found.uid or found.gid) and self._only_root(spec) else found
+
+    def _only_root(self, spec: str) -> bool:
+        """In user-namespace mode, whether (saying so once per user) ``spec`` becomes root."""
+        if self._userns and spec not in self._warned_users:
+            self._warned_users.add(spec)
+            self.logger.warning(f"local sandbox (user namespace): only root is mapped; {spec!r} is root here "
+                                "(as root, mode=root runs it as itself)")
+        return self._userns
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a sandbox file to ``target_path`` on the host (parent folders created); a file over
@@ -545,58 +648,50 @@ class Sandbox:
                                    "use mode=root (cgroups) or --ek limits=best-effort")
             self._userns = True
 
-    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+    def _rlimits(self) -> dict[str, int]:
+        """prlimit's name -> the value (soft and hard) of each resource limit every process of the sandbox gets."""
         cfg = self.config
-        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
-        argv += ["prlimit", f"--cpu={cfg.cpu_time_sec}", "--core=0"]
+        out = {"cpu": cfg.cpu_time_sec, "core": 0}
         if self._userns:
-            argv += [f"--nproc={cfg.max_processes}", f"--data={cfg.memory_mb * 1024 * 1024}"]
-        return argv + ["--"]
+            out |= {"nproc": cfg.max_processes, "data": cfg.memory_mb * 1024 * 1024}
+        return out
 
-    async def _user_spec(self, user) -> dict:
-        """uid, gid, supplementary groups and HOME of ``user`` (root in user-namespace mode)."""
-        if user is None or str(user) in ("root", "0"):
-            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
-        if self._userns:
-            self.logger.warning(f"local sandbox (user namespace): only root is mapped; running as root, not {user!r}")
-            return {"uid": 0, "gid": 0, "groups": [], "home": "/root", "name": "root"}
-        uid, gid, home, groups = await self._lookup_user(user)
-        return {"uid": uid, "gid": gid, "groups": groups, "home": home, "name": str(user)}
+    def _limit_prefix(self, for_init: bool = False) -> list[str]:
+        argv = self._cgroup.join_prefix(for_init) if self._cgroup else []
+        return argv + ["prlimit", *(f"--{name}={value}" for name, value in self._rlimits().items()), "--"]
 
     async def _inner_argv(self, argv: list[str], user, env: dict[str, str]) -> tuple[list[str], dict]:
-        spec = await self._user_spec(user)
-        env.setdefault("HOME", spec["home"])
-        if spec["uid"] != 0:
-            env.setdefault("USER", spec["name"])
-        return argv, spec
+        u = self.exec_user(user)
+        env.setdefault("HOME", u.home)
+        if u.uid != 0:
+            env.setdefault("USER", u.name)
+        return argv, {"uid": u.uid, "gid": u.gid, "groups": list(u.groups)}
 
-    async def _lookup_user(self, user) -> tuple[int, int, str, list[int]]:
-        key = str(user)
-        if key not in self._uid_cache:
-            q = shlex.quote(key)
-            rc, out, err = await self._run(
-                ["/bin/sh", "-c", f"id -u {q} && id -g {q} && (getent passwd {q} | cut -d: -f6) && id -G {q}"],
-                timeout=30, env={})
-            lines = out.decode().splitlines()
-            if rc != 0 or len(lines) < 2:
-                if key.isdigit():
-                    return int(key), int(key), "/", [int(key)]
-                raise SandboxError(f"user {user!r} does not exist in the sandbox: {err.decode().strip()}")
-            home = lines[2] if len(lines) > 2 and lines[2].startswith("/") else "/"
-            groups = [int(g) for g in lines[-1].split() if g.isdigit()] if len(lines) > 3 else [int(lines[1])]
-            self._uid_cache[key] = (int(lines[0]), int(lines[1]), home, groups)
-        return self._uid_cache[key]
-
-    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None) -> tuple[list[str], int]:
-        """The host command that runs ``inner`` in the sandbox (``sandbox/enter.py``), and the memfd with its spec."""
+    def _enter_argv(self, inner: list[str], env: dict[str, str], user_spec: dict | None
+                    ) -> tuple[list[str], int, tuple[int, ...], dict[str, str]]:
+        """The host command that runs ``inner`` in the sandbox, the memfd with its spec, the fds it takes and its
+        environment: the compiled helper (sandbox/enter.c, run from a sealed memfd; it also joins the cgroup and
+        sets the rlimits), else ``sandbox/enter.py`` behind ``sh`` (the cgroup) and ``prlimit``. The same steps
+        either way; the helper saves the interpreter's start (docs/sandbox.md)."""
         u = user_spec or {"uid": 0, "gid": 0, "groups": []}
         spec = {"pid": self._init_pid, "pidfd": self._init_pidfd, "userns": self._userns, "uid": u["uid"],
                 "gid": u["gid"], "groups": u["groups"], "caps": [CAP_NUMBERS[c] for c in CAPABILITIES], "argv": inner,
-                "env": env, "seccomp": True}
+                "env": env}
+        helper = entry.helper(self.logger, required=self.config.entry == "compiled") \
+            if self.config.entry != "python" else None
+        program = entry.seccomp_program() if helper is not None else None
+        if program is not None:
+            data = entry.spec(**spec, cgroup_files=[str(d / "cgroup.procs") for d in self._cgroup.dirs]
+                              if self._cgroup else [], rlimits=self._rlimits(), program=program)
+        else:
+            data = json.dumps(spec | {"seccomp": True}).encode()
         fd = os.memfd_create("sandbox-enter", 0)  # inheritable only through pass_fds
-        os.write(fd, json.dumps(spec).encode())
+        os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
-        return self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)], fd
+        if program is not None:
+            return [f"/proc/self/fd/{helper}", str(fd)], fd, (fd, self._init_pidfd, helper), {}
+        argv = self._limit_prefix() + [sys.executable, "-I", "-S", str(ENTER), str(fd)]
+        return argv, fd, (fd, self._init_pidfd), {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
 
     async def _spawn(self, inner: list[str], *, env: dict[str, str] | None, user_spec: dict | None, stdin: bool,
                      stdout=asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
@@ -607,12 +702,12 @@ class Sandbox:
                                "wall_sec); nothing runs in it any more")
         cmd_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOSTNAME": self.config.hostname, **(env or {})}
         cmd_env.setdefault("HOME", "/root")
-        argv, spec_fd = self._enter_argv(inner, cmd_env, user_spec)
+        argv, spec_fd, pass_fds, host_env = self._enter_argv(inner, cmd_env, user_spec)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=(spec_fd, self._init_pidfd),
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)}, start_new_session=True,
+                stdout=stdout, stderr=asyncio.subprocess.PIPE, pass_fds=pass_fds, env=host_env,
+                start_new_session=True,
             )
         finally:
             os.close(spec_fd)

@@ -50,12 +50,14 @@ def normalize_ref(ref: str) -> str:
 
 @dataclass
 class ImageRoot:
-    """An unpacked image: its root file system, and the ``Env`` (``KEY=value``) and ``WorkingDir`` of its config."""
+    """An unpacked image: its root file system, and the ``Env`` (``KEY=value``), ``WorkingDir`` and ``User`` (as
+    ``uid:gid``, None for root) of its config."""
 
     rootfs: Path
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     source: str = ""
+    user: str | None = None
 
 
 def load_images_file(path: str | Path) -> dict[str, str]:
@@ -141,17 +143,20 @@ def _oci_tag(layout: Path) -> str | None:
     return None
 
 
-def _read_config(bundle: Path) -> tuple[dict[str, str], str | None]:
-    """Env and cwd of umoci's runtime config.json (made from the image's config)."""
+def _read_config(bundle: Path) -> tuple[dict[str, str], str | None, str | None]:
+    """Env, cwd and user (``uid:gid``, None for root) of umoci's runtime config.json (made from the image's config,
+    its ``User`` resolved against the image's /etc/passwd)."""
     try:
         process = json.loads((bundle / "config.json").read_text()).get("process") or {}
     except (OSError, ValueError):
-        return {}, None
+        return {}, None, None
     env = dict(item.split("=", 1) for item in process.get("env") or [] if "=" in item)
     for key in ("HOME", "TERM"):  # umoci adds them; the sandbox sets HOME per user, and TERM is the agent's
         env.pop(key, None)
     cwd = process.get("cwd")
-    return env, (cwd if cwd and cwd != "/" else None)
+    ids = process.get("user") or {}
+    uid, gid = ids.get("uid", 0), ids.get("gid", 0)
+    return env, (cwd if cwd and cwd != "/" else None), (f"{uid}:{gid}" if uid or gid else None)
 
 
 class ImageStore:
@@ -204,8 +209,8 @@ class ImageStore:
             if not (final / NO_DEVICES).exists():  # just unpacked, or unpacked before device nodes were dropped
                 drop_device_nodes(final / "rootfs")
                 (final / NO_DEVICES).touch()
-        env, workdir = _read_config(final)
-        return ImageRoot(final / "rootfs", env=env, workdir=workdir, source=source)
+        env, workdir, user = _read_config(final)
+        return ImageRoot(final / "rootfs", env=env, workdir=workdir, source=source, user=user)
 
     def _unpack(self, source: Path, bundle: Path) -> None:
         kind = _source_kind(source)

@@ -1,8 +1,9 @@
 """PID 1 of a sandbox: builds its root, answers its DNS, reaps its orphans.
 Runs in: any Python >= 3.11, standard library only, as ``python -I -S pid1.py sandbox_init:NAME CONFIG_FD`` (core).
 
-It prints ``READY`` when the root is built, and exits when the wall-time deadline passes or the lifeline pipe from
-the owning process closes; the kernel then kills every process of the namespace.
+It prints ``READY`` (and the fd it holds of its disk, if it has one) when the root is built, and exits when the
+wall-time deadline passes or the lifeline pipe from the owning process closes; the kernel then kills every process of
+the namespace.
 The root it builds: docs/sandbox.md#inside-the-modules.
 """
 
@@ -332,14 +333,16 @@ def _sanitize_etc(root: Root) -> None:
                 pass
 
 
-def _overlay_or_bind(src: str, root: Root, rel: str, stage: str, key: str) -> None:
+def _overlay_or_bind(src: str, root: Root, rel: str, stage: str, key: str, layer: str | None = None) -> None:
     upper, work = f"{stage}/u/{key}", f"{stage}/w/{key}"
+    cached = f"{layer}/{rel}" if layer and os.path.isdir(f"{layer}/{rel}") and not os.path.islink(f"{layer}/{rel}") \
+        else None
     os.makedirs(upper)
     os.makedirs(work)
     fd = root.folder(rel)
     dst = f"/proc/self/fd/{fd}"
     try:
-        overlay(src, upper, work, dst)
+        overlay(f"{cached}:{src}" if cached else src, upper, work, dst)
     except OSError:  # a directory holding other mounts, in a user namespace: read-only bind
         try:
             mount(src, dst, None, MS_BIND | MS_REC)
@@ -378,16 +381,18 @@ def _expose(root: Root, host: str, fd: int, is_dir: bool) -> None:
         root.remount(host, MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _host_folders(root: Root, stage: str) -> None:
-    """Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs)."""
+def _host_folders(root: Root, stage: str, layer: str | None = None) -> None:
+    """Deny by default: only the allowed host folders, each an overlay (read-only lower, upper in the tmpfs; a cached
+    build's ``layer`` between them)."""
     for name in sorted(os.listdir("/")):
         src = f"/{name}"
         if os.path.islink(src):
-            root.symlink(os.readlink(src), name)
+            if root.lstat(name) is None:  # (the layer holds it already)
+                root.symlink(os.readlink(src), name)
         elif os.path.isdir(src):
             os.close(root.folder(name, 0o700 if name == "root" else 0o755))
             if name in ALLOWED_TOP:
-                _overlay_or_bind(src, root, name, stage, name)
+                _overlay_or_bind(src, root, name, stage, name, layer)
     for name in ("root", "home", "opt", "srv", "mnt", "media", "var"):
         os.close(root.folder(name, mode=0o700 if name == "root" else 0o755))
     for name in VAR_DIRS:
@@ -397,7 +402,7 @@ def _host_folders(root: Root, stage: str) -> None:
             root.symlink(target, f"var/{name}")
     for rel in VAR_ALLOWED:
         if os.path.isdir(f"/var/{rel}") and not os.path.islink(f"/var/{rel}"):
-            _overlay_or_bind(f"/var/{rel}", root, f"var/{rel}", stage, "var-" + rel.replace("/", "-"))
+            _overlay_or_bind(f"/var/{rel}", root, f"var/{rel}", stage, "var-" + rel.replace("/", "-"), layer)
     _sanitize_etc(root)
 
 
@@ -417,33 +422,57 @@ def _write_resolv_conf(root: Root, text: str) -> None:
         print(f"sandbox: cannot write /etc/resolv.conf ({exc}); DNS queries are not recorded", file=sys.stderr)
 
 
-def build_root(cfg: dict) -> None:
+def build_root(cfg: dict) -> int | None:
+    """Build the sandbox's root and pivot into it; returns an fd of the disk's top folder (kept open for core's stop,
+    which shuts that file system down through it), or None without a disk."""
     sizes = cfg.get("tmpfs_mb") or {}
     storage_mb = int(sizes.get("root") or 1024)
     shm_mb = int(sizes.get("shm") or 64)
     exposed = _open_exposed(cfg.get("expose") or [])
     rootfs_fd = os.open(cfg["rootfs"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if cfg.get("rootfs") else None
+    # the build cache (sandbox/build_cache.py): a build's writable layer is a host folder kept after it; a later
+    # start gets that layer read-only, below its own writable one
+    kept, layer = (os.open(cfg[k], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if cfg.get(k) else None
+                   for k in ("stage_dir", "layer"))
     stage = "/tmp"  # an existing directory; the tmpfs is mounted over it in *this* mount ns only
     disk = cfg.get("disk")  # storage past memory: an ext4 on a loop device (sandbox/storage.py) instead
-    if disk:
+    disk_fd = None
+    if kept is not None:
+        mount(f"/proc/self/fd/{kept}", stage, None, MS_BIND)
+        mount("none", stage, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+        os.close(kept)
+    elif disk:
         mount(disk, stage, "ext4", MS_NOSUID | MS_NODEV, cfg.get("disk_options") or None)
+        disk_fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
         mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=755")
     for d in ("u", "w", "root"):
         os.mkdir(f"{stage}/{d}", 0o755)
     path = f"{stage}/root"
+    lower = None
+    if layer is not None:
+        lower = f"{stage}/layer"
+        os.mkdir(lower, 0o755)
+        mount(f"/proc/self/fd/{layer}", lower, None, MS_BIND)
+        mount("none", lower, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(layer)
     if rootfs_fd is not None:  # the image's userland: one overlay over the unpacked root file system
         os.makedirs(f"{stage}/u/image")
         os.makedirs(f"{stage}/w/image")
-        overlay(f"/proc/self/fd/{rootfs_fd}", f"{stage}/u/image", f"{stage}/w/image", path)
+        lowers = f"{lower}:" if lower else ""
+        overlay(f"{lowers}/proc/self/fd/{rootfs_fd}", f"{stage}/u/image", f"{stage}/w/image", path)
         os.close(rootfs_fd)
+    elif lower:  # the layer's own folders (/app, /opt, ...) under the root
+        os.makedirs(f"{stage}/u/root")
+        os.makedirs(f"{stage}/w/root")
+        overlay(lower, f"{stage}/u/root", f"{stage}/w/root", path)
     else:
         mount(path, path, None, MS_BIND)  # a mount point for pivot_root, on the same tmpfs (one size budget)
     root = Root(path)
     if rootfs_fd is not None:
         _image_skeleton(root)
     else:
-        _host_folders(root, stage)
+        _host_folders(root, stage, lower)
     if cfg.get("resolv_conf"):
         _write_resolv_conf(root, cfg["resolv_conf"])
 
@@ -515,6 +544,7 @@ def build_root(cfg: dict) -> None:
     pivot_root(".", ".")
     umount2(".", MNT_DETACH)
     os.chdir("/")
+    return disk_fd
 
 
 # ---------------------------------------------------------------- the recording resolver (no network)
@@ -651,7 +681,7 @@ def main() -> int:
     except OSError:
         pass  # an unprivileged user namespace may not lower it
     try:
-        build_root(cfg)
+        disk_fd = build_root(cfg)
         try:
             socket.sethostname(cfg.get("hostname") or "sandbox")
         except (OSError, AttributeError):
@@ -686,7 +716,7 @@ def main() -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     devnull = os.open("/dev/null", os.O_RDWR)  # before READY: no command has run, /dev/null is still ours
-    print("READY", flush=True)
+    print("READY" if disk_fd is None else f"READY {disk_fd}", flush=True)  # core reaches the disk through that fd
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     while True:

@@ -2,8 +2,9 @@
 Runs in: any Python >= 3.11, standard library only (plus e2fsprogs' mkfs.ext4 and loop devices), in the owning process.
 
 An ext4 file system of ``storage_mb`` in a sparse file that never has a name (O_TMPFILE), on a loop device that
-clears itself when its last user goes (the sandbox's mount); so nothing is left, even after SIGKILL.
-Why and what bound holds where: docs/sandbox.md#what-is-isolated.
+clears itself when its last user goes (the sandbox's mount); so nothing is left, even after SIGKILL. At stop it is
+shut down (nothing written back) and let go of on a thread of its own (``shut_down``, ``let_go``).
+Why and what bound holds where: docs/sandbox.md#what-is-isolated; the stop: docs/sandbox.md#stopping-a-sandbox.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import fcntl
 import os
 import shutil
 import struct
+import threading
 
 LOOP_CONTROL = "/dev/loop-control"
 LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A  # linux/loop.h; LOOP_CONFIGURE since Linux 5.8
 LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 4, 16
 MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1")
 MOUNT_OPTIONS = "noinit_itable"  # the sparse file reads as zeros: no inode tables to write in the background
+FS_IOC_SHUTDOWN, SHUTDOWN_NOLOGFLUSH = 0x8004587D, 2  # linux/fs.h (ext4's EXT4_IOC_SHUTDOWN): nothing flushed
 
 
 def unavailable() -> str | None:
@@ -40,6 +43,7 @@ class Disk:
 
     def __init__(self, device: str, fd: int):
         self.device = device
+        self.rdev = os.fstat(fd).st_rdev  # the st_dev of the file system on it
         self._fd: int | None = fd
 
     def close(self) -> None:
@@ -88,3 +92,23 @@ async def make_disk(directory: str, size_mb: int) -> Disk:
         return _attach(image)
     finally:
         os.close(image)  # the loop device holds the file now
+
+
+def shut_down(fd: int, rdev: int) -> bool:
+    """Shut down the file system ``fd`` is on, if it is the one on the loop device ``rdev``: its processes' writes fail
+    from now on, and nothing of it is written back (its dirty pages are dropped at its unmount, not written to a file
+    that is freed right after). Whether it was that file system."""
+    if os.fstat(fd).st_dev != rdev:
+        return False
+    try:
+        fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", SHUTDOWN_NOLOGFLUSH))
+    except OSError:
+        pass  # then its unmount writes back what is dirty: slower, the same end
+    return True
+
+
+def let_go(fd: int) -> None:
+    """Close ``fd``, the last hold on a disk whose sandbox is gone, on a thread of its own: that close unmounts the file
+    system for good, clears the loop device and frees the file (page cache dropped, the host's blocks freed: 0.4 s
+    after 1 GiB written) off the caller's path. Nothing can stay: the kernel closes the fd if this process dies first."""
+    threading.Thread(target=os.close, args=(fd,), name="sandbox-disk-release", daemon=True).start()

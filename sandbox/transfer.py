@@ -47,10 +47,11 @@ def in_root(root: int, path: str, flags: int = os.O_PATH) -> int:
     return _openat2(root, path, flags, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
 
 
-def open_root(pid: int, alive: Callable[[], bool]) -> int:
-    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid``. ``alive`` says whether that PID 1 (held by
-    what cannot be reused: its start time, a pidfd) still runs; asked once ``/proc/<pid>`` is open, a yes means that
-    folder is PID 1's and no reused pid can hand out another root (the host's)."""
+def open_root(pid: int, alive: Callable[[], bool], entry: str = "root", flags: int = os.O_PATH) -> int:
+    """An ``O_PATH`` fd of the root of the sandbox whose PID 1 is ``pid`` (or of another folder ``entry`` of
+    ``/proc/<pid>``, e.g. ``fd/7``, opened with ``flags``). ``alive`` says whether that PID 1 (held by what cannot be
+    reused: its start time, a pidfd) still runs; asked once ``/proc/<pid>`` is open, a yes means that folder is PID 1's
+    and no reused pid can hand out another root (the host's)."""
     gone = SandboxError("the sandbox is not running (its PID 1 is gone)")
     try:
         proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -59,7 +60,7 @@ def open_root(pid: int, alive: Callable[[], bool]) -> int:
     try:
         if not alive():
             raise gone
-        return os.open("root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+        return os.open(entry, flags | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
     except OSError:  # it ended since: the folder of a dead process leads nowhere
         raise gone from None
     finally:
@@ -171,14 +172,17 @@ def _copy_fd(src: int, dst: int, budget: _Budget | None, limit: int | None, what
 
 
 def _write_file(dst_dir: int, name: str, src: int, mode: int, st: os.stat_result, budget: _Budget | None,
-                cap: int | None, what: str) -> None:
+                cap: int | None, what: str, owner: tuple[int, int] | None = None) -> None:
     """Write ``src``'s bytes as ``name`` in the folder ``dst_dir``: a new file with ``mode`` and ``st``'s times,
-    renamed into place (a link planted at ``name`` is replaced, never followed), owned by this process."""
+    renamed into place (a link planted at ``name`` is replaced, never followed), owned by this process or ``owner``
+    (uid, gid; set before the mode, which a change of owner would strip of its set-id bits)."""
     tmp = _tmp_name()
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
     try:
         try:
             _copy_fd(src, out, budget, cap, what)
+            if owner is not None:
+                os.fchown(out, *owner)
             os.fchmod(out, mode)
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
@@ -199,11 +203,13 @@ def _write_host_file(dst_dir: int, name: str, src: int, st: os.stat_result, budg
     _write_file(dst_dir, name, src, stat.S_IMODE(st.st_mode) & 0o755, st, budget, cap, what)
 
 
-def _symlink_into_place(dst_dir: int, name: str, link: str) -> None:
+def _symlink_into_place(dst_dir: int, name: str, link: str, owner: tuple[int, int] | None = None) -> None:
     """A symbolic link to ``link`` as ``name`` in ``dst_dir``, made under a new name and renamed into place."""
     tmp = _tmp_name()
     os.symlink(link, tmp, dir_fd=dst_dir)
     try:
+        if owner is not None:
+            os.chown(tmp, *owner, dir_fd=dst_dir, follow_symlinks=False)
         os.rename(tmp, name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
     except BaseException:
         os.unlink(tmp, dir_fd=dst_dir)
@@ -337,8 +343,9 @@ def _copy_out_entry(src: int, dst: int, name: str, st: os.stat_result, device: i
 
 
 # ----------------------------------------------------------------------------------------------- into the sandbox
-def _makedirs_in_root(root: int, path: str, what: str) -> int:
-    """``mkdir -p path`` inside the sandbox, every step resolved beneath its root; an fd of the folder."""
+def _makedirs_in_root(root: int, path: str, what: str, owner: tuple[int, int] | None = None) -> int:
+    """``mkdir -p path`` inside the sandbox, every step resolved beneath its root, the folders it makes owned by
+    ``owner`` (uid, gid) when given; an fd of the folder."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     for i in range(len(parts) + 1):
         prefix = "/" + "/".join(parts[:i])
@@ -352,6 +359,8 @@ def _makedirs_in_root(root: int, path: str, what: str) -> int:
             os.mkdir(parts[i - 1], 0o700, dir_fd=parent)
             made = os.open(parts[i - 1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
             try:
+                if owner is not None:
+                    os.fchown(made, *owner)
                 os.fchmod(made, 0o755)  # as mkdir -p inside would make it, whatever this process's umask
             finally:
                 os.close(made)
@@ -362,26 +371,31 @@ def _makedirs_in_root(root: int, path: str, what: str) -> int:
     return in_root(root, path or "/", os.O_RDONLY | os.O_DIRECTORY)
 
 
-def _place_in_sandbox(dst_dir: int, name: str, source: str, src_dir: int | None, what: str) -> None:
+def _place_in_sandbox(dst_dir: int, name: str, source: str, src_dir: int | None, what: str,
+                      owner: tuple[int, int] | None = None, mode: int | None = None) -> None:
     """Put the host entry ``source`` (a regular file or a symbolic link, relative to ``src_dir`` when given) as
-    ``name`` in the sandbox's folder ``dst_dir``: written under a new name, then renamed into place."""
+    ``name`` in the sandbox's folder ``dst_dir``: written under a new name, then renamed into place; ``owner`` and
+    ``mode``, when given, instead of this process's uid and the source's mode."""
     st = os.stat(source, dir_fd=src_dir, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
-        _symlink_into_place(dst_dir, name, os.readlink(source, dir_fd=src_dir))
+        _symlink_into_place(dst_dir, name, os.readlink(source, dir_fd=src_dir), owner)
     elif stat.S_ISREG(st.st_mode):
         src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
         try:
             st = os.fstat(src)
             if stat.S_ISREG(st.st_mode):
-                _write_file(dst_dir, name, src, stat.S_IMODE(st.st_mode), st, None, None, what)
+                _write_file(dst_dir, name, src, stat.S_IMODE(st.st_mode) if mode is None else mode, st, None, None,
+                            what, owner)
         finally:
             os.close(src)
     # devices, FIFOs and sockets of the host are not copied in
 
 
-def upload_file(root: int, source: Path, target: str) -> None:
+def upload_file(root: int, source: Path, target: str, owner: tuple[int, int] | None = None,
+                mode: int | None = None) -> None:
     """Copy the host file (or symbolic link) ``source`` to ``target`` in the sandbox, into it when that is a
-    folder; parent folders made. Owned by the sandbox's root (this process's uid, mapped to it)."""
+    folder; parent folders made. Owned by the sandbox's root (this process's uid, mapped to it), or by ``owner``
+    (uid, gid: the file and the folders made), with the source's mode or ``mode``."""
     what = f"upload {source} -> {target}"
     try:
         try:
@@ -390,25 +404,27 @@ def upload_file(root: int, source: Path, target: str) -> None:
             parent, _, name = target.rstrip("/").rpartition("/")
             if name in ("", ".", ".."):
                 raise SandboxError(f"local sandbox: {what} failed: no file name in the target") from None
-            dst = _makedirs_in_root(root, parent, what)
+            dst = _makedirs_in_root(root, parent, what, owner)
         try:
-            _place_in_sandbox(dst, name, str(source), None, what)
+            _place_in_sandbox(dst, name, str(source), None, what, owner, mode)
         finally:
             os.close(dst)
     except OSError as err:
         raise SandboxError(f"local sandbox: {what} failed: {err}") from None
 
 
-def upload_dir(root: int, source: Path, target: str) -> None:
+def upload_dir(root: int, source: Path, target: str, owner: tuple[int, int] | None = None,
+               mode: int | None = None) -> None:
     """Copy the contents of the host folder ``source`` into ``target`` in the sandbox (made): folders, regular files
-    and symbolic links as links, nothing followed below ``source``."""
+    and symbolic links as links, nothing followed below ``source``; ``owner`` and ``mode`` as ``upload_file``'s, for
+    every entry copied (and the folders made)."""
     what = f"upload {source} -> {target}"
     try:
-        dst = _makedirs_in_root(root, target, what)
+        dst = _makedirs_in_root(root, target, what, owner)
         try:
             src = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                _copy_in(src, dst, 0, what)
+                _copy_in(src, dst, 0, what, owner, mode)
             finally:
                 os.close(src)
         finally:
@@ -417,7 +433,15 @@ def upload_dir(root: int, source: Path, target: str) -> None:
         raise SandboxError(f"local sandbox: {what} failed: {err}") from None
 
 
-def _copy_in(src: int, dst: int, depth: int, what: str) -> None:
+def make_dirs(root: int, path: str, owner: tuple[int, int] | None = None) -> None:
+    """``mkdir -p path`` in the sandbox, the folders it makes owned by ``owner`` (uid, gid) when given."""
+    try:
+        os.close(_makedirs_in_root(root, path, f"make {path}", owner))
+    except OSError as err:
+        raise SandboxError(f"local sandbox: make {path} failed: {err}") from None
+
+
+def _copy_in(src: int, dst: int, depth: int, what: str, owner: tuple[int, int] | None, mode: int | None) -> None:
     if depth > MAX_DEPTH:
         raise SandboxError(f"local sandbox: {what} failed: more than {MAX_DEPTH} folders deep")
     with os.scandir(src) as entries:
@@ -425,14 +449,16 @@ def _copy_in(src: int, dst: int, depth: int, what: str) -> None:
             name = entry.name
             st = entry.stat(follow_symlinks=False)
             if not stat.S_ISDIR(st.st_mode):
-                _place_in_sandbox(dst, name, name, src, what)
+                _place_in_sandbox(dst, name, name, src, what, owner, mode)
                 continue
             child_src = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
             try:
                 child_dst = _subdir(dst, name)
                 try:
-                    _copy_in(child_src, child_dst, depth + 1, what)
-                    os.fchmod(child_dst, stat.S_IMODE(st.st_mode))
+                    _copy_in(child_src, child_dst, depth + 1, what, owner, mode)
+                    if owner is not None:
+                        os.fchown(child_dst, *owner)
+                    os.fchmod(child_dst, stat.S_IMODE(st.st_mode) if mode is None else mode)
                     os.utime(child_dst, ns=(st.st_atime_ns, st.st_mtime_ns))
                 finally:
                     os.close(child_dst)

@@ -115,7 +115,7 @@ def validate(task: Path) -> list[str]:
             errors.append("environment/Dockerfile must COPY app/ /app/")
         if (envdir / "setup.sh").exists() and "setup.sh" not in df:
             errors.append("environment/setup.sh exists but the Dockerfile does not run it")
-        # the local sandbox (sandbox/dockerfile.py) replays WORKDIR/ENV/COPY/RUN on the host's userland,
+        # the local sandbox (sandbox/dockerfile.py) replays the Dockerfile on the host's userland,
         # without network: a RUN that installs packages would fail the trial's start there
         if re.search(r"^RUN\b.*\b(apt-get|apt|apk|yum|dnf|pip3?|uv|curl|wget)\b", df, re.M):
             errors.append("environment/Dockerfile RUN must not install or download (no network in the "

@@ -66,6 +66,22 @@ def broken_copy(task: Path, tmp_path: Path, *, dockerfile: str | None = None, te
     return copy
 
 
+def test_an_episode_runs_as_the_final_user_with_the_tasks_build_args(tasks, tmp_path):
+    task = tasks["write-value"]
+    test_sh = (task / "tests" / "test.sh").read_text().replace("ok=1\n", 'ok=1\n[ "$(id -un)" = player ] || ok=0\n')
+    copy = broken_copy(task, tmp_path, test_sh=test_sh, dockerfile=(
+        "FROM python:3.11-slim\nARG OWNER=nobody-by-default\nRUN useradd -m -u 4321 \"$OWNER\"\nUSER $OWNER\n"
+        "WORKDIR /app\nCOPY --chown=$OWNER app/ /app/\n"))
+    with open(copy / "task.toml", "a") as f:
+        f.write('build_args = { OWNER = "player" }\n')  # the last section is [environment]
+    env = TaskEnvironment()
+    env.reset(task_dir=str(copy))
+    assert env.bash("id -un; stat -c %U /app /app/README.txt") == "player\nplayer\nplayer\n"
+    for command in oracle_commands(copy):
+        assert "[exit code" not in env.bash(command), command
+    assert episode_reward(env) == 1.0  # the tests ran as player too
+
+
 @pytest.mark.parametrize("kind, dockerfile, test_sh", [
     ("environment_build", "FROM debian\nWORKDIR /app\nRUN exit 3\n", None),
     ("verifier_tools", None, "#!/bin/bash\nuvx pytest /tests/test_outputs.py\n"),

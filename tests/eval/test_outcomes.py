@@ -155,6 +155,33 @@ def test_preflight_of_the_tb2_shaped_suite():
     assert daytona["compose-services"]["userland"].startswith("Harbor's daytona")
 
 
+def test_preflight_names_what_the_dockerfile_replay_does_not_obey(tmp_path):
+    task = tmp_path / "multi-stage"
+    (task / "environment").mkdir(parents=True)
+    (task / "instruction.md").write_text("Do it.\n")
+    (task / "task.toml").write_text('[environment]\nbuild_args = { GO = "1.22", UNUSED = "x" }\n')
+    (task / "environment" / "Dockerfile").write_text(
+        "ARG GO=1.21\nFROM golang:${GO} AS build\nRUN --mount=type=cache,target=/root/.cache echo built\n"
+        "FROM debian:12\nCOPY --from=build /out /usr/local/bin/\nUSER nobody\nHEALTHCHECK CMD true\nCMD [\"sh\"]\n")
+    (tmp_path / "typo").mkdir()
+    (tmp_path / "typo" / "instruction.md").write_text("Do it.\n")
+    (tmp_path / "typo" / "task.toml").write_text("")
+    (tmp_path / "typo" / "environment").mkdir()
+    (tmp_path / "typo" / "environment" / "Dockerfile").write_text("FROM debian:12\nRUNN true\n")
+    report = {t["task"]: t for t in preflight.preflight(tmp_path, "local", "mode=userns")["tasks"]}
+    notes = report["multi-stage"]["notes"]
+    assert report["multi-stage"]["verdict"] == "differs"
+    named = {n.split(": ")[0]: n for n in notes}
+    assert sorted(k for k in named if k.startswith("environment/Dockerfile:")) == [
+        f"environment/Dockerfile:{line}" for line in (3, 4, 5, 6, 7)]  # RUN --mount, FROM, COPY --from, USER, ...
+    assert "COPY --from: no other stage or image is kept" in named["environment/Dockerfile:5"]
+    assert "USER nobody: runs as root" in named["environment/Dockerfile:6"]  # mode=userns maps only root
+    assert "build_args UNUSED: no ARG of the Dockerfile declares them" in notes
+    assert not any("CMD" in n for n in notes)  # Harbor runs its own command: CMD changes nothing there
+    assert report["typo"]["verdict"] == "cannot" and "Dockerfile:2: RUNN true: unknown instruction" in \
+        report["typo"]["reasons"][0]
+
+
 def test_dry_run_cli(tmp_path):
     def dry(*args):
         return subprocess.run([sys.executable, "-m", "eval.run", "--suite", str(TB2), "--dry_run", *args],

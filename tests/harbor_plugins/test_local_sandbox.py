@@ -95,3 +95,32 @@ def test_kept_verifier_files_do_not_turn_the_failure_into_a_score(network_job):
         (f"terminal-recipes/{task}", "infra_failure", "network", None)
         for task in ("verifier-network", "many-names-then-verifier-network")}
     assert job.metrics()["n_infra_errors"] == 2
+
+
+USER_DOCKERFILE = """FROM debian:bookworm
+ARG GREETING=the-default
+RUN useradd -m -u 4321 agent && mkdir -p /app && chown agent /app
+USER agent
+WORKDIR /app
+RUN echo "$GREETING" > /app/greeting
+"""
+USER_TEST_SH = """#!/bin/bash
+echo "verifier: $(id -un) greeting=$(cat /app/greeting) agent=$(cat /app/agent-user) arg=${GREETING:-unset}"
+if [ "$(id -un)" = agent ] && [ "$(cat /app/agent-user)" = agent ] && [ "$(cat /app/greeting)" = from-task-toml ] \\
+   && [ -z "${GREETING:-}" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+@harbor_e2e
+def test_the_agent_and_the_verifier_run_as_the_final_user_with_the_tasks_build_args(tmp_path):
+    tasks = tmp_path / "tasks"
+    _task(tasks, "user-and-build-args", "USER and [environment] build_args", USER_DOCKERFILE)
+    task = tasks / "user-and-build-args"
+    with open(task / "task.toml", "a") as f:
+        f.write('build_args = { GREETING = "from-task-toml" }\n')
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nid -un > /app/agent-user\n")
+    (task / "tests" / "test.sh").write_text(USER_TEST_SH)
+    t = trials(harbor_run(tasks, "oracle", tmp_path / "jobs", "user"))["user-and-build-args"]
+    output = (t["_dir"] / "verifier" / "test-stdout.txt").read_text()
+    assert reward(t) == 1.0, (exception_type(t), output)
+    assert "verifier: agent greeting=from-task-toml agent=agent arg=unset" in output

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +73,59 @@ def test_a_dead_pid1s_pid_taken_by_a_host_process_is_never_entered_nor_killed(tm
         if holder is not None:
             holder.kill()
             holder.wait()
+
+
+def _processes(*needles: str) -> list[str]:
+    hits = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        hits += [f"{cmdline.parent.name}: {text}"] if any(n in text for n in needles) else []
+    return hits
+
+
+def _host_state(folder: Path) -> dict:
+    """What a sandbox could leave on the host: its mounts in the host's table, loop devices backed in ``folder``,
+    this process's fds and threads."""
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if "loop" in line or "overlay" in line or str(folder) in line]
+    loops = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().startswith(f"{folder}/"):
+                loops.append(backing.parent.parent.name)
+        except OSError:
+            continue
+    return {"mounts": mounts, "loops": loops, "fds": len(os.listdir("/proc/self/fd")),
+            "threads": sorted(t.name for t in threading.enumerate())}
+
+
+@needs_namespaces
+def test_many_quick_starts_and_stops_leave_nothing_behind(tmp_path):
+    """Sandboxes started and stopped back to back, as episodes and trials use them: tmpfs roots and (as root)
+    disk-backed ones written to, each with a daemon left running and one still writing at the stop. Nothing of them
+    stays: no process, cgroup, host mount, loop device, file in the disk folder, fd or thread of this process (the
+    disk is let go of on a thread after the stop returns: waited for here)."""
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    disks = os.geteuid() == 0 and Path("/dev/loop-control").exists()
+    before = _host_state(tmp_path)
+    names = [f"cycle-{os.getpid()}-{k}" for k in range(8)]
+    for k, name in enumerate(names):
+        storage_mb = 4096 if disks and k % 2 else 256  # past 7/8 of memory_mb: a disk-backed root (root only)
+        config = SandboxConfig(**{**SMALL, "memory_mb": 512, "storage_mb": storage_mb}, disk_dir=tmp_path, name=name)
+        with BlockingSandbox(config) as sb:
+            r = sb.exec("head -c 16M /dev/zero > /app/written; setsid sleep 31361 </dev/null >/dev/null 2>&1 & "
+                        "setsid sh -c 'while :; do echo x >> /app/log; done' </dev/null >/dev/null 2>&1 & echo ok")
+            assert r.stdout == "ok\n", r
+    assert _processes("sleep 31361", *(f"sandbox_init:{n}" for n in names)) == []
+    cgroups = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*") if p.is_dir() and p.name in names]
+    assert cgroups == []
+    for _ in range(500):  # the disks' releases, on their threads
+        if _host_state(tmp_path) == before:
+            break
+        time.sleep(0.02)
+    assert _host_state(tmp_path) == before
+    assert not list(tmp_path.iterdir())

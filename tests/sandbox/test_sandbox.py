@@ -715,7 +715,7 @@ def test_storage_beyond_memory_is_on_disk_and_bounded_by_storage_mb(tmp_path):
         assert 200 < int(r.stdout.split()[-2]) <= 256, r
         assert sb.exec("echo alive").stdout == "alive\n"
         assert not list(tmp_path.iterdir())  # the image file has no name on the host
-    assert _wait_until_no_loops_in(tmp_path) == []  # freed at stop
+    assert _wait_until_no_loops_in(tmp_path) == []  # freed by the stop (its release thread, just after)
 
 
 DISK_LIFELINE = textwrap.dedent(
