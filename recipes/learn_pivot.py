@@ -91,6 +91,21 @@ def train_rewards(out: Path) -> list[tuple[int, float]]:
             if "reward" in entry]
 
 
+def first_action_rewards(out: Path, block: int = 10) -> list[float]:
+    """The rollouts' mean reward on first actions (a prompt with no terminal output yet), per ``block`` steps, from
+    TRL's completions logs: where the signal is (the task_complete turns score ~0.9 from the start)."""
+    import pyarrow.parquet as pq
+
+    sums: dict[int, list[float]] = {}
+    for path in sorted((out / "completions").glob("*.parquet")):
+        table = pq.read_table(path).to_pydict()
+        for step, prompt, reward in zip(table["step"], table["prompt"], table["nemo_gym_verify"]):
+            if "New Terminal Output" not in str(prompt) and reward is not None:
+                total = sums.setdefault((step - 1) // block, [0.0, 0])
+                total[0], total[1] = total[0] + reward, total[1] + 1
+    return [round(total / n, 3) for _, (total, n) in sorted(sums.items())]
+
+
 @exit_on_user_error
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -153,7 +168,7 @@ def main(argv=None) -> int:
                            "job": t["harbor_job_dir"]} for side, t in teacher.items()},
         "pivots": pivots,
         "heldout_pass_rate": curve(rows, heldout_tasks), "heldout_decision_point_reward": curve(rows, heldout_pivots),
-        "train_reward_by_step": train_rewards(out),
+        "train_reward_by_step": train_rewards(out), "first_action_reward_by_10_steps": first_action_rewards(out),
         "grpo": {key: grpo.get(key) for key in ("train_prompts", "too_long_filtered", "verify_requests",
                                                 "global_step", "final_loss", "wall_seconds")},
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),

@@ -52,4 +52,7 @@ def test_pivot_learning_run_end_to_end(tmp_path):
         rows = json.loads((out / checkpoint / "eval_results_heldout.jsonl.json").read_text())
         assert rows["metrics"]["n_trials"] == 4 and rows["metrics"]["n_infra_errors"] == 0
     assert (out / "curve.png").stat().st_size > 0
+    # one step of one decision point: a first action's block, or none where it drew a task_complete turn
+    assert len(summary["first_action_reward_by_10_steps"]) <= 1
+    assert all(0.0 <= r <= 1.0 for r in summary["first_action_reward_by_10_steps"])
     assert "held-out pass rate by step: 0:" in done.stdout
