@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes
 
 needs_namespaces = pytest.mark.skipif(
     not sys.platform.startswith("linux") or any(shutil.which(t) is None for t in ("unshare", "prlimit")),
@@ -75,17 +76,6 @@ def test_a_dead_pid1s_pid_taken_by_a_host_process_is_never_entered_nor_killed(tm
             holder.wait()
 
 
-def _processes(*needles: str) -> list[str]:
-    hits = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        hits += [f"{cmdline.parent.name}: {text}"] if any(n in text for n in needles) else []
-    return hits
-
-
 def _host_state(folder: Path) -> dict:
     """What a sandbox could leave on the host: its mounts in the host's table, loop devices backed in ``folder``,
     this process's fds and threads."""
@@ -108,9 +98,10 @@ def test_many_quick_starts_and_stops_leave_nothing_behind(tmp_path):
     disk-backed ones written to, each with a daemon left running and one still writing at the stop. Nothing of them
     stays: no process, cgroup, host mount, loop device, file in the disk folder, fd or thread of this process (the
     disk is let go of on a thread after the stop returns: waited for here)."""
-    from sandbox import BlockingSandbox, SandboxConfig
+    from sandbox import BlockingSandbox, SandboxConfig, entry
 
     disks = os.geteuid() == 0 and Path("/dev/loop-control").exists()
+    entry.helper()  # the compiled entry's memfd is this process's for good: opened before the count, in any test order
     before = _host_state(tmp_path)
     names = [f"cycle-{os.getpid()}-{k}" for k in range(8)]
     for k, name in enumerate(names):
@@ -120,7 +111,7 @@ def test_many_quick_starts_and_stops_leave_nothing_behind(tmp_path):
             r = sb.exec("head -c 16M /dev/zero > /app/written; setsid sleep 31361 </dev/null >/dev/null 2>&1 & "
                         "setsid sh -c 'while :; do echo x >> /app/log; done' </dev/null >/dev/null 2>&1 & echo ok")
             assert r.stdout == "ok\n", r
-    assert _processes("sleep 31361", *(f"sandbox_init:{n}" for n in names)) == []
+    assert host_processes("sleep 31361", *(f"sandbox_init:{n}" for n in names)) == []
     cgroups = [p for p in Path("/sys/fs/cgroup").glob("**/local-sandbox/*") if p.is_dir() and p.name in names]
     assert cgroups == []
     for _ in range(500):  # the disks' releases, on their threads

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes
 
 REPO = Path(__file__).resolve().parents[2]
 HARBOR_VENV = REPO / ".venv-harbor"
@@ -73,18 +74,6 @@ def exception_type(trial: dict) -> str | None:
 
 def reward(trial: dict):
     return ((trial.get("verifier_result") or {}).get("rewards") or {}).get("reward")
-
-
-def host_processes(*needles: str) -> list[str]:
-    hits = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(n in text for n in needles):
-            hits.append(f"{cmdline.parent.name}: {text}")
-    return hits
 
 
 # ---------------------------------------------------------------- hello-world: oracle 1.0, nop 0.0
