@@ -1,8 +1,9 @@
 """Prepare: build the local sandbox's cached layer of every task of a suite ahead of a run (sandbox/build_cache.py).
 Runs in: the training venv (standard library only), in `python -m eval.run --suite DIR --prepare [--env_kwargs ...]`.
 
-Each task's build is keyed as `--env local` keys it in a trial (the same network policy, image root, mode and
-expose), so the run that follows finds its layers; per task it says built, cached, failed (and why) or none.
+Each task's build is keyed as `--env local` keys it in a trial (the same network policy, image root and its config,
+build args, mode and expose), so the run that follows finds its layers; per task it says built, cached, failed (and
+why) or none.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def task_config(task: Path, kwargs: dict[str, str], store: ImageStore | None) ->
         return "no Dockerfile"
     root = None
     if store is not None:
-        base = dockerfile.base_image(env_dir / "Dockerfile")
+        base = dockerfile.base_image(env_dir / "Dockerfile", folder.build_args)
         if folder.docker_image and store.can_provide(folder.docker_image):
             return f"its own image {folder.docker_image}: nothing replayed"
         if not store.can_provide(base):
@@ -40,7 +41,7 @@ def task_config(task: Path, kwargs: dict[str, str], store: ImageStore | None) ->
         memory_mb=folder.memory_mb or int(kwargs.get("memory_mb", 4096)),
         storage_mb=folder.storage_mb or int(kwargs.get("storage_mb", 10240)), environment_dir=env_dir,
         dockerfile=kwargs.get("dockerfile", "emulate"), expose=[p for p in kwargs.get("expose", "").split(",") if p],
-        env=dict(root.env) if root else {}, network=network, rootfs=root.rootfs if root else None,
+        build_args=folder.build_args, network=network, **(root.sandbox_fields() if root else {}),
         build_cache_dir=kwargs.get("build_cache_dir") or None, build_cache_mb=int(kwargs.get("build_cache_mb", 20480)),
         name=f"prepare-{task.name}"[:60])
 

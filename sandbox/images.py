@@ -59,6 +59,11 @@ class ImageRoot:
     source: str = ""
     user: str | None = None
 
+    def sandbox_fields(self) -> dict:
+        """What a ``SandboxConfig`` takes from this image: its root, and its config's Env, WorkingDir and User."""
+        return {"rootfs": self.rootfs, "image_env": dict(self.env), "image_workdir": self.workdir,
+                "image_user": self.user}
+
 
 def load_images_file(path: str | Path) -> dict[str, str]:
     """The images file: ``{reference: source}``; a relative source is relative to the file's folder."""

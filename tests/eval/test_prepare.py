@@ -12,6 +12,11 @@ from tests.sandbox.test_sandbox import TASKS, harbor_e2e, harbor_run, reward, tr
 def _suite(root: Path) -> Path:
     suite = root / "suite"
     shutil.copytree(TASKS / "hello-world", suite / "hello-world")
+    hello = suite / "hello-world"  # a build arg from task.toml: a trial keys its build with it, so must prepare
+    (hello / "task.toml").write_text((hello / "task.toml").read_text().replace(
+        "[environment]\n", '[environment]\nbuild_args = { GREETING_DIR = "/app" }\n'))
+    (hello / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nARG GREETING_DIR=/nowhere\n"
+                                                      "WORKDIR $GREETING_DIR\nCOPY greeting.txt $GREETING_DIR/\n")
     shutil.copytree(TASKS / "hello-world", suite / "broken-build")
     (suite / "broken-build" / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nRUN exit 3\n")
     shutil.copytree(TASKS / "hello-world", suite / "no-dockerfile")
