@@ -88,7 +88,7 @@ def main() -> None:
                 rows.append(run(args.suite, concurrency, way) | {"repeat": repeat})
                 print(json.dumps(rows[-1]), flush=True)
     report = {"command": "python " + " ".join(sys.argv), "suite": args.suite, "runs": rows,
-              "note": "wall includes eval.run's own start and Harbor's CLI start (about 5 s)"}
+              "note": "wall includes eval.run's own start and Harbor's CLI start (about 3.5 s)"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"{'concurrency':>11} {'entry':>8} {'trials/min':>10} {'wall s':>7} {'CPU s/trial':>11}  "

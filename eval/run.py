@@ -135,6 +135,9 @@ def run_harbor(command: list[str], job_dir: Path, log_path: Path, extra_env: dic
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                **(extra_env or {}))
+    # Harbor's job-finished telemetry imports LiteLLM on its way out (5-6 s here, and offline it sends nothing);
+    # off unless the user set HARBOR_TELEMETRY
+    env.setdefault("HARBOR_TELEMETRY", "0")
     with open(log_path, "w") as log:
         result = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)

@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HARBOR_TELEMETRY", "0")  # the Harbor jobs the tests run: no exit-time telemetry (5-6 s each)
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one thread per worker (2 workers, 2 cores); torch's default,
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # a thread per core in each spins them against each other
 

@@ -79,3 +79,18 @@ def test_model_family_is_checked_only_when_set():
     assert choice_error(EvalSettings(suite="builtin:terminal", model_family="qwen3_5")) is None
     assert choice_error(EvalSettings(suite="builtin:terminal", model_family="nope")).startswith(
         "--model_family nope: use one of qwen3, ")
+
+
+@pytest.mark.parametrize("user_setting, seen", [(None, "0"), ("1", "1")])
+def test_harbor_runs_without_its_exit_telemetry_unless_the_user_set_it(tmp_path, monkeypatch, user_setting, seen):
+    from eval.run import run_harbor
+
+    if user_setting is None:
+        monkeypatch.delenv("HARBOR_TELEMETRY", raising=False)
+    else:
+        monkeypatch.setenv("HARBOR_TELEMETRY", user_setting)
+    job = tmp_path / "job"
+    job.mkdir()
+    show_env = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(os.environ.get('HARBOR_TELEMETRY')))"
+    run_harbor([sys.executable, "-c", show_env, str(job / "result.json")], job, tmp_path / "job.log")
+    assert json.loads((job / "result.json").read_text()) == seen
