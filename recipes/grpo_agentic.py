@@ -2,17 +2,20 @@
 
     accelerate launch recipes/grpo_agentic.py [--config configs/grpo/agentic-tiny.yaml] [--key value ...]
 
-Each rollout is an episode: the task's instruction as the prompt, the policy's `bash` tool calls run in a fresh
-local sandbox of the task (episodes/local.py, driven from this process: no Harbor, no server in between; or,
-with `sandbox_urls`, on episode servers: episodes/remote.py), tool output fed back and never trained
-(TRL's tool_mask), and the task's tests/test.sh as the reward. Episodes that infrastructure ended (sandbox
+Each rollout is an episode: the task's instruction as the prompt, the policy's actions run in a fresh local sandbox
+of the task, and the task's tests/test.sh as the reward. `harness: bash-tool` (the default): `bash` tool calls
+(episodes/local.py, driven from this process: no Harbor, no server in between; or, with `sandbox_urls`, on episode
+servers: episodes/remote.py), tool output fed back and never trained (TRL's tool_mask). `harness: terminus-2`
+(`--harness terminus-2`): Terminus-2's JSON actions typed into tmux, its screens fed back and never trained
+(episodes/terminus.py, trainers/terminus_rollout.py as TRL's rollout_func). Episodes that infrastructure ended (sandbox
 start, verifier, an episode server) are not scored: kept out of the advantage and counted by kind in
 run_summary.json. TRL's `environment_factory` runs the episodes; turns and tokens are its
 `max_tool_calling_iterations` and `max_completion_length`. With `eval_suites`, every checkpoint is evaluated as it is
-saved (trainers/eval_callback.py), in the harness it is trained in with `eval_agent: bash-tool`; with
+saved (trainers/eval_callback.py), in the harness it is trained in (eval_agent follows `harness`); with
 `eval_on_start: true` also the start, before the first step, as checkpoint-0.
 """
 
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from episodes.local import EpisodeStats
 from modeling.tiny_model import resolve_model
 from trainers.agentic import (
     AgenticTaskArguments,
+    check_eval_agent,
     check_held_out,
     environment_factory,
     episode_transcript,
@@ -35,6 +39,7 @@ from trainers.agentic import (
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
+from trainers.terminus_rollout import terminus_rollout
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
 
@@ -60,6 +65,8 @@ def main():
         model_path = resolve_model(model_args.model_name_or_path)
         tasks = prepare_tasks(task_args)
     seeds = check_held_out(task_args.task_dirs, eval_args.eval_suites)
+    config = sys.argv[sys.argv.index("--config") + 1] if "--config" in sys.argv else str(DEFAULT_CONFIG)
+    eval_args.eval_agent = check_eval_agent(task_args, eval_args.eval_agent, config, sys.argv[1:])
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
 
     # step 0 (eval_on_start: checkpoint-0 scored like every save) is the callback's: the Trainer's own would first
@@ -71,8 +78,9 @@ def main():
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        **(training_args.model_init_kwargs or {})}
     trainer = AgenticGRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
-                                 train_dataset=task_dataset(tasks), processing_class=tokenizer,
+                                 train_dataset=task_dataset(tasks, task_args.harness), processing_class=tokenizer,
                                  environment_factory=environment_factory(task_args, stats),
+                                 rollout_func=terminus_rollout if task_args.harness == "terminus-2" else None,
                                  peft_config=get_peft_config(model_args),
                                  callbacks=[callback] if callback else None)
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
@@ -82,7 +90,7 @@ def main():
 
     summary = build_agentic_summary(trainer, tasks, task_args.task_dirs, stats.as_dict(), time.monotonic() - started,
                                     resume, by_family=reward.by_family, evals=callback.completed if callback else None,
-                                    seeds=seeds)
+                                    seeds=seeds, harness=task_args.harness)
     if trainer.is_world_process_zero():
         print_agentic_summary(summary)
         write_summary(summary)

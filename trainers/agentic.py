@@ -1,8 +1,9 @@
 """What agentic GRPO trains on: task folders as TRL prompt rows, episodes as its environments, their tests as reward.
 Runs in: the training venv, in the trainer's processes; `python -m trainers.agentic prepare CONFIG` for launchers.
 
-The harness is the bash tool (common/bash_harness.py, shared with the eval agent); episodes run in local sandboxes
-(episodes.local) or, with `sandbox_urls`, on episode servers (episodes.remote). docs/agentic-grpo.md has the rest.
+The harness (`harness`, HARNESSES): the bash tool (common/bash_harness.py, shared with the eval agent; episodes.local
+in local sandboxes, or episodes.remote on episode servers with `sandbox_urls`) or Terminus-2 (episodes.terminus in
+local sandboxes, driven by trainers/terminus_rollout.py). docs/agentic-grpo.md has the rest.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.terminus_2 import first_message
 from common.stats import percentile
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
 from episodes.remote import EpisodeServers, RemoteTaskEnvironment
+from episodes.terminus import TerminusEnvironment
+from eval.settings import MODEL_AGENTS
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
 from harbor_tasks.generate import FAMILIES, generate
 from harbor_tasks.verdict import TAMPER_KINDS, passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
+# the harnesses agentic GRPO trains in: each is an eval agent (eval/settings.py), which scores the checkpoints
+HARNESSES = {"bash-tool": "the bash tool (TRL's tool loop)", "terminus-2": "Terminus-2 (JSON keystrokes into tmux)"}
+assert set(HARNESSES) == set(MODEL_AGENTS)
 _LIMITS = EpisodeLimits()
 
 
@@ -29,6 +36,9 @@ _LIMITS = EpisodeLimits()
 class AgenticTaskArguments:
     """The tasks of an agentic GRPO run and the limits of its episodes (the YAML keys of configs/grpo/agentic-*)."""
 
+    harness: str = field(default="bash-tool", metadata={
+        "help": "how the policy acts: bash-tool (a `bash` tool call per turn) or terminus-2 (Terminus-2's JSON action "
+                "per turn, keystrokes typed into tmux); the checkpoints' evals run in the same harness (eval_agent)"})
     task_dirs: list[str] = field(default_factory=list, metadata={
         "help": "folders of Harbor task folders (instruction.md, environment/, tests/) to train on"})
     generate_seed: int | None = field(default=None, metadata={
@@ -67,6 +77,8 @@ class AgenticTaskArguments:
                 "never reached the server)"})
 
     def __post_init__(self):
+        if self.harness not in HARNESSES:
+            raise ValueError(f"harness: {self.harness!r} is not one of {', '.join(HARNESSES)}")
         urls = [url.strip().rstrip("/") for entry in self.sandbox_urls for url in str(entry).split(",")]
         self.sandbox_urls = [url for url in urls if url]
         bad = [url for url in self.sandbox_urls if not url.startswith(("http://", "https://"))]
@@ -74,6 +86,9 @@ class AgenticTaskArguments:
             raise ValueError(f"sandbox_urls: {', '.join(bad)} is not an http(s):// URL of an episode server")
         if self.sandbox_start_timeout <= 0 or self.sandbox_retries < 0:
             raise ValueError("sandbox_start_timeout must be positive and sandbox_retries at least 0")
+        if self.sandbox_urls and self.harness != "bash-tool":
+            raise ValueError(f"sandbox_urls: episode servers run bash-tool episodes only, not {self.harness}; "
+                             "leave sandbox_urls empty (local sandboxes on the trainer's node)")
 
     def limits(self) -> EpisodeLimits:
         try:
@@ -139,17 +154,41 @@ def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:
     return {"train_seeds": train, "eval_seeds": held}
 
 
-def task_dataset(tasks: list[Path]):
-    """One row per task: the conversational prompt TRL generates from, and `task_dir`, which reset() receives."""
+def task_dataset(tasks: list[Path], harness: str = "bash-tool"):
+    """One row per task: the conversational prompt TRL generates from, and `task_dir`, which reset() receives. In
+    the Terminus-2 harness the rollout renders the first message itself (it needs the sandbox's first screen): the
+    row's prompt, which TRL logs, is that message without the screen."""
     from datasets import Dataset
 
-    rows = [{"prompt": task_prompt(t), "task_dir": str(t.resolve()), "task": t.name} for t in tasks]
+    def prompt(task: Path) -> list[dict]:
+        if harness == "terminus-2":
+            return [{"role": "user", "content": first_message(TaskFolder.of(task).instruction, "")}]
+        return task_prompt(task)
+
+    rows = [{"prompt": prompt(t), "task_dir": str(t.resolve()), "task": t.name} for t in tasks]
     return Dataset.from_list(rows)
+
+
+def check_eval_agent(args: AgenticTaskArguments, eval_agent: str, config_path: str | None, argv: list[str]) -> str:
+    """The eval agent of the run's checkpoints: the harness it trains. An eval_agent set in the config or on the
+    command line to another harness is refused (a model is evaluated acting as it was trained to act)."""
+    explicit = "--eval_agent" in argv or any(a.startswith("--eval_agent=") for a in argv)
+    if not explicit and config_path:
+        import yaml
+
+        explicit = "eval_agent" in (yaml.safe_load(Path(config_path).read_text()) or {})
+    if explicit and eval_agent != args.harness:
+        raise ConfigError(f"eval_agent {eval_agent} but harness {args.harness}: the checkpoints are evaluated in the "
+                          f"harness they are trained in; drop eval_agent (it follows harness) or set it to "
+                          f"{args.harness}")
+    return args.harness
 
 
 def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
     or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
+    if args.harness == "terminus-2":  # trainers/terminus_rollout.py drives it; it has no tools
+        return partial(TerminusEnvironment, args.limits(), stats, background_start=True)
     if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
         return partial(TaskEnvironment, args.limits(), stats, background_start=True)
     servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,

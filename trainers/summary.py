@@ -143,10 +143,12 @@ def print_grpo_summary(summary: dict) -> None:
 
 def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: dict, wall_seconds: float,
                           resumed_from: str | None, by_family: dict | None = None,
-                          evals: list[dict] | None = None, seeds: dict | None = None) -> dict:
+                          evals: list[dict] | None = None, seeds: dict | None = None,
+                          harness: str = "bash-tool") -> dict:
     """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings);
     `by_family`: the reward's {family: {"scored", "passed"}}; `evals`: the eval callback's results, in order.
-    `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (trainers.agentic.check_held_out).
+    `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (trainers.agentic.check_held_out); `harness`: how
+    the policy acted (trainers.agentic.HARNESSES), which is also the agent its evals ran.
     `rollout_pass_rate_by_step`: [step, the logged episodes/pass_rate] (the train tasks' rollouts, at the sampling
     temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve)."""
     rollouts = [[entry["step"], round(entry["episodes/pass_rate"], 4)] for entry in trainer.state.log_history
@@ -156,14 +158,14 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
         curves.setdefault(results["suite"], []).append([results["global_step"], results["metrics"].get("mean_reward")])
     families = {family: {**counts, "pass_rate": round(counts["passed"] / counts["scored"], 4) if counts["scored"]
                          else None} for family, counts in sorted((by_family or {}).items())}
-    return {"tasks": len(tasks), "task_dirs": task_dirs, **episodes, "global_step": trainer.state.global_step,
+    return {"harness": harness, "tasks": len(tasks), "task_dirs": task_dirs, **episodes, "global_step": trainer.state.global_step,
             "final_loss": final_loss(trainer.state.log_history), "wall_seconds": round(wall_seconds, 1),
             "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir(),
             **(seeds or {}), "by_family": families, "rollout_pass_rate_by_step": rollouts, "eval_by_step": curves}
 
 
 def print_agentic_summary(summary: dict) -> None:
-    print(f"agentic GRPO: {summary['global_step']} steps on {summary['tasks']} tasks, {summary['episodes']} episodes "
+    print(f"agentic GRPO ({summary.get('harness', 'bash-tool')}): {summary['global_step']} steps on {summary['tasks']} tasks, {summary['episodes']} episodes "
           f"({summary['scored']} scored, pass rate {summary['pass_rate']}; not scored by kind "
           f"{summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}; tampered with "
           f"the verifier {summary.get('tampered', 0)} {summary.get('tampered_by_kind') or '{}'}); "

@@ -57,6 +57,29 @@ def test_the_8gpu_config_parses_through_the_recipes_parser(monkeypatch):
     assert deepspeed["distributed_type"] == "DEEPSPEED" and deepspeed["num_processes"] == 8
 
 
+
+def test_the_terminus_2_8gpu_config_parses_and_trains_terminus_2_with_vllm(monkeypatch):
+    import transformers.training_args
+    from trl import GRPOConfig, ModelConfig
+
+    from trainers.agentic import AgenticTaskArguments
+    from trainers.recipe_config import parse_config
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)  # the GPU
+    config = REPO / "configs" / "grpo" / "agentic-terminus-8gpu.yaml"
+    saved = dict(os.environ)
+    try:
+        tasks, grpo, model = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig), config,
+                                          ["--config", str(config)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert tasks.harness == "terminus-2" and tasks.sandbox_urls == []
+    assert grpo.use_vllm and grpo.vllm_mode == "server" and grpo.bf16 and not grpo.use_cpu
+    assert model.dtype == "bfloat16" and "eval_agent" not in yaml.safe_load(config.read_text())
+    for ranks in (8, 6):
+        assert grpo.per_device_train_batch_size * ranks * grpo.gradient_accumulation_steps % grpo.num_generations == 0
+
 STUBS = {
     # log the step and whether its servers get the job's token (a server bound to 0.0.0.0 refuses to start without
     # one), in one write: the launchers start their server steps in the background, at once

@@ -254,3 +254,42 @@ def test_tool_output_carries_no_loss(tmp_path):
             checked += 1
     assert checked > 0
     assert stats.as_dict()["episodes"] == 4 and stats.as_dict()["masked"] == 0
+
+
+def test_the_harness_sets_the_eval_agent_and_a_conflicting_one_is_refused(tmp_path):
+    from common.errors import ConfigError
+    from trainers.agentic import AgenticTaskArguments, check_eval_agent
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"harness": "terminus-2", "task_dirs": ["x"]}))
+    terminus = AgenticTaskArguments(task_dirs=["x"], harness="terminus-2")
+    # the eval setting's default (terminus-2) or any default follows the harness; only an explicit other one fails
+    assert check_eval_agent(terminus, "bash-tool", str(config), []) == "terminus-2"
+    assert check_eval_agent(AgenticTaskArguments(task_dirs=["x"]), "terminus-2", str(config), []) == "bash-tool"
+    with pytest.raises(ConfigError, match="eval_agent bash-tool but harness terminus-2"):
+        check_eval_agent(terminus, "bash-tool", str(config), ["--eval_agent", "bash-tool"])
+    config.write_text(yaml.safe_dump({"harness": "terminus-2", "eval_agent": "bash-tool"}))
+    with pytest.raises(ConfigError, match="drop eval_agent"):
+        check_eval_agent(terminus, "bash-tool", str(config), [])
+    with pytest.raises(ValueError, match="harness: 'xml' is not one of bash-tool, terminus-2"):
+        AgenticTaskArguments(task_dirs=["x"], harness="xml")
+    with pytest.raises(ValueError, match="episode servers run bash-tool episodes only"):
+        AgenticTaskArguments(task_dirs=["x"], harness="terminus-2", sandbox_urls=["http://cpu1:8200"])
+
+
+def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):
+    """`make grpo-agentic ARGS="--harness terminus-2"` on the embedded default, plus an eval on save: Terminus-2
+    episodes run (the untrained model's answers are parse errors, counted), the summary names the harness, and the
+    checkpoint is scored by Harbor's terminus-2, the harness it was trained in."""
+    held_out = tmp_path / "held-out"
+    generate(held_out, 12, 2, FAMILIES)
+    config = agentic_config(tmp_path, max_steps=1, save_strategy="steps", save_steps=1, eval_suites=[str(held_out)],
+                            eval_max_tokens=32, eval_max_turns=2)
+    run = launch("recipes/grpo_agentic.py", config, tmp_path, "--harness", "terminus-2")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((tmp_path / "grpo-agentic" / "run_summary.json").read_text())
+    assert summary["harness"] == "terminus-2" and "agentic GRPO (terminus-2): 1 steps" in run.stdout
+    assert summary["episodes"] == 4 and summary["scored"] + summary["masked"] == 4 and summary["masked_by_kind"] == {}
+    assert summary["tool_calls"] == 0  # no bash tool in this harness
+    results = json.loads((tmp_path / "grpo-agentic" / "checkpoint-1" / "eval_results.json").read_text())
+    assert results["agent"] == "terminus-2" and results["metrics"]["n_trials"] == 2

@@ -1,0 +1,137 @@
+"""Agentic GRPO's Terminus-2 rollout (trainers/terminus_rollout.py) in a real GRPOTrainer with real Terminus-2
+episodes in the local sandbox. The policy is scripted (its per-turn generation returns the token ids of written
+responses): what is checked is the harness around it, that the tokens trained are the tokens sampled and that the
+screens between them are never trained."""
+
+import json
+
+import pytest
+from conftest import AGENTIC_FAMILIES as FAMILIES
+
+from eval.scripted_teacher import ScriptedTask, action_text, load_tasks
+from harbor_tasks.generate import generate
+
+GARBAGE = "I will look around first."  # no JSON: Terminus-2 answers with its parse-error message
+
+
+def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_observations=4):
+    """A GRPOTrainer on the tiny model, Terminus-2 episodes of one task (two a step), and a policy that answers
+    `responses_for(rendered conversation, turn, position in this generation call)`; returns (trainer, stats, the
+    rollouts' outputs, TRL's outputs)."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from episodes.local import EpisodeStats
+    from modeling.tiny_model import resolve_model
+    from trainers.agentic import AgenticTaskArguments, environment_factory, task_dataset, task_tests_reward
+    from trainers.terminus_rollout import terminus_rollout
+
+    model = resolve_model("builtin:tiny-qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+    rollouts, outputs = [], []
+
+    class Scripted(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+            completions = []
+            for position, ids in enumerate(prompt_ids):
+                rendered = tokenizer.decode(ids)
+                turn = rendered.count("<|im_start|>assistant") - 1  # the turns this episode has taken
+                text = responses_for(rendered, turn, position)
+                completions.append(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
+            return completions, None
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            outputs.append(output)
+            return output
+
+    def capturing(prompts, trainer):
+        result = terminus_rollout(prompts, trainer)
+        rollouts.append(result)
+        return result
+
+    stats = EpisodeStats()
+    task_args = AgenticTaskArguments(task_dirs=[str(tmp_path / "tasks")], harness="terminus-2")
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, report_to=[], max_steps=1, num_generations=2,
+                      per_device_train_batch_size=2, max_completion_length=max_completion_length,
+                      max_tool_calling_iterations=max_observations, chat_template_kwargs={"enable_thinking": False},
+                      save_strategy="no", logging_steps=1, beta=0.0)
+    tasks = sorted((tmp_path / "tasks").iterdir())[:1]
+    trainer = Scripted(model=model, reward_funcs=[task_tests_reward(stats)], args=args,
+                       train_dataset=task_dataset(tasks, "terminus-2"), processing_class=tokenizer,
+                       environment_factory=environment_factory(task_args, stats), rollout_func=capturing)
+    return trainer, stats, rollouts, outputs
+
+
+@pytest.fixture
+def task(tmp_path):
+    generate(tmp_path / "tasks", 31, 1, FAMILIES[:1])
+    return load_tasks(tmp_path / "tasks")[0]
+
+
+def solving(task: ScriptedTask):
+    """Act, mark complete, confirm: what the scripted teacher's Terminus-2 trajectories do."""
+    done = action_text(ScriptedTask.done_action())
+    return [action_text(task.first_action()), done, done]
+
+
+def test_a_solving_episode_scores_one_and_trains_exactly_its_sampled_tokens(tmp_path, task):
+    """Two episodes of one task: one solves it (act, complete, confirm), the other answers without JSON until the
+    turns run out. The first scores 1, the second 0; each completion's trained tokens are its responses as sampled,
+    end-of-turn tokens included, and its untrained tokens are Terminus-2's messages between them."""
+    def responses_for(rendered, turn, position):
+        garbage = GARBAGE in rendered if turn else position == 1  # the second episode of the first call
+        return GARBAGE if garbage else solving(task)[turn]
+
+    trainer, stats, rollouts, outputs = scripted_trainer(tmp_path, responses_for)
+    trainer.train()
+    tokenizer = trainer.processing_class
+    rollout = rollouts[0]
+    assert sorted(rollout["ended"]) == ["done", "max_tool_calling_iterations"]
+    for ids, mask, ended in zip(rollout["completion_ids"], rollout["env_mask"], rollout["ended"]):
+        assert len(ids) == len(mask)
+        trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+        untrained = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+        turns = solving(task) if ended == "done" else [GARBAGE] * 5
+        assert trained == "".join(text + tokenizer.eos_token for text in turns)
+        if ended == "done":
+            assert "Are you sure you want to mark the task as complete?" in untrained
+        else:
+            assert untrained.count("Previous response had parsing errors") == 4
+        assert '"task_complete"' not in untrained and GARBAGE not in untrained
+    # what TRL trained: its tool_mask is the rollout's env_mask
+    output = outputs[0]
+    for row, (ids, mask) in enumerate(zip(rollout["completion_ids"], rollout["env_mask"])):
+        assert output["completion_ids"][row][: len(ids)].tolist() == ids
+        assert output["tool_mask"][row][: len(mask)].tolist() == mask
+    rewards = trainer.state.log_history[0]
+    assert rewards["episodes/pass_rate"] == 0.5
+    summary = stats.as_dict()
+    assert summary["episodes"] == 2 and summary["scored"] == 2 and summary["passed"] == 1
+    assert json.dumps(summary)  # the counts the run summary writes
+
+
+def test_an_episode_cut_by_the_token_budget_is_verified_as_it_stands(tmp_path, task):
+    """A budget too small for the first screen and a reply: the episode ends after its first turn, unrun."""
+    trainer, stats, rollouts, _ = scripted_trainer(tmp_path, lambda rendered, turn, position: solving(task)[turn],
+                                                   max_completion_length=24)
+    trainer.train()
+    assert rollouts[0]["ended"] == ["max_completion_length"] * 2
+    assert all(sum(mask) == len(mask) == 24 for mask in rollouts[0]["env_mask"])
+    assert stats.as_dict()["scored"] == 2 and stats.as_dict()["passed"] == 0
+
+
+def test_observation_ids_follow_a_sampled_turn_in_the_training_template():
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    from modeling.tiny_model import resolve_model
+    from trainers.terminus_rollout import observation_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny-qwen3"))
+    with pytest.raises(ValueError, match="prefix-preserving"):  # Qwen3's own drops the empty think block
+        observation_ids(tokenizer, "New Terminal Output:\n$ ", {"enable_thinking": False})
+    template = {"chat_template": get_training_chat_template(tokenizer), "enable_thinking": False}
+    ids = observation_ids(tokenizer, "New Terminal Output:\n$ ", template)
+    assert tokenizer.decode(ids) == ("\n<|im_start|>user\nNew Terminal Output:\n$ <|im_end|>\n<|im_start|>assistant\n"
+                                     "<think>\n\n</think>\n\n")
