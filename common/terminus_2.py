@@ -122,6 +122,20 @@ class ParseResult:
     plan: Any = ""
 
 
+_CANARY_LINE = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
+
+
+def shown_instruction(text: str) -> str:
+    """instruction.md as Harbor shows it to an agent: leading canary-marker lines (and blank lines after them) off."""
+    lines = text.split("\n")
+    n = 0
+    while n < len(lines) and _CANARY_LINE.match(lines[n].strip()):
+        n += 1
+    while n < len(lines) and not lines[n].strip():
+        n += 1
+    return "\n".join(lines[n:])
+
+
 def first_message(instruction: str, terminal_state: str) -> str:
     """The first user message: the template with the task's instruction and the first screen (as `TmuxScreen.
     incremental_output` gives it; limited here to MAX_OUTPUT_BYTES as Terminus-2 does). There is no system message."""
