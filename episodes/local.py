@@ -85,6 +85,9 @@ class EpisodeStats:
     ended_by_limit: int = 0
     tool_calls: int = 0
     tool_errors: int = 0                   # calls that timed out or exited non-zero
+    parse_errors: int = 0                  # Terminus-2 responses that ran no command (episodes/terminus.py)
+    parse_warnings: int = 0                # Terminus-2 responses parsed with warnings (their commands ran)
+    commands: int = 0                      # Terminus-2 keystroke commands typed
     start_seconds: list = field(default_factory=list)
     verify_seconds: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -127,10 +130,12 @@ class EpisodeStats:
                     "agent_failures": self.agent_failures, "ended_by_limit": self.ended_by_limit,
                     "tool_calls": self.tool_calls,
                     "tool_errors": self.tool_errors, "sandbox_start_seconds_mean": mean(self.start_seconds),
-                    "verify_seconds_mean": mean(self.verify_seconds)}
+                    "verify_seconds_mean": mean(self.verify_seconds), "parse_errors": self.parse_errors,
+                    "parse_warnings": self.parse_warnings, "commands": self.commands}
 
 
-_COUNTS = ("scored", "passed", "agent_failures", "ended_by_limit", "tool_calls", "tool_errors")
+_COUNTS = ("scored", "passed", "agent_failures", "ended_by_limit", "tool_calls", "tool_errors", "parse_errors",
+           "parse_warnings", "commands")
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -140,9 +145,13 @@ def _close_all():
         env._close()
 
 
-class TaskEnvironment:
-    """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, then
-    `episode_reward(env)`. Public methods are the policy's tools: add none without meaning it."""
+class SandboxEpisode:
+    """What every harness's episode shares: the sandbox's start (in the background or not), the limits and counts, the
+    verifier's run and verdict, the failure kinds, tamper checks and teardown. `reset` is its only public method (TRL
+    makes every other public method of an environment a tool): a harness adds its tools (TaskEnvironment.bash) or none
+    (episodes/terminus.py)."""
+
+    _max_output_bytes = 1 << 20  # of one exec's output, as the sandbox keeps it
 
     def __init__(self, limits: EpisodeLimits | None = None, stats: EpisodeStats | None = None,
                  background_start: bool = False):
@@ -181,43 +190,6 @@ class TaskEnvironment:
             self._start()
         return None
 
-    # TRL derives the tool's schema from this signature and docstring: common/bash_harness.py's BASH_TOOL is that
-    # schema written out for the eval agent, and a test holds the two equal (edit both or neither)
-    def bash(self, command: str) -> str:
-        """Run a command line with bash in the task's Linux sandbox and return what it printed.
-
-        Every call starts a new shell in the task's working directory (/app for most tasks): `cd` does not carry
-        over to the next call, so chain commands with `&&` or use absolute paths.
-
-        Args:
-            command: The command line to run, for example `wc -l < /app/data/input.log > /app/count.txt`.
-        """
-        self._ready()
-        if self._box is None:
-            return NOT_RUNNING
-        left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
-        if left <= 0:
-            self._limited = True
-            return "error: the episode's time limit is reached; no more commands run"
-        self._stats.add(tool_calls=1)
-        try:
-            result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
-        except SandboxExecTimeoutError:
-            self._stats.add(tool_errors=1)
-            if time.monotonic() - self._started >= self._limits.episode_wall_sec:
-                self._limited = True
-            return timeout_message(min(self._limits.command_timeout_sec, left))
-        except SandboxError as err:
-            self._fail(infra_failure(err, "sandbox"))
-            return SANDBOX_FAILED
-        if result.return_code == 137 and "the sandbox died" in result.stderr:
-            # the sandbox's PID 1 went under the agent's command (memory, a full tmpfs): the agent's doing, as the
-            # sandbox core counts it, so the episode scores 0 rather than going unscored
-            self._killed_by_agent = True
-        if result.return_code != 0:
-            self._stats.add(tool_errors=1)
-        return format_output(result.stdout, result.stderr, result.return_code, self._limits.max_output_chars)
-
     def _verify(self) -> float | None:
         if not self._verified:
             self._verified = True
@@ -232,10 +204,12 @@ class TaskEnvironment:
         task = TaskFolder.of(self._task)
         config = SandboxConfig(environment_dir=task.environment_dir, workdir=task.workdir, build_args=task.build_args,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
-                               wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC, max_output_bytes=1 << 20)
+                               wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC,
+                               max_output_bytes=self._max_output_bytes)
         box = BlockingSandbox(config)
         try:
             box.start()
+            self._prepare(box)
             watch = VerifierWatch(box.root, box.command_path())  # the environment as built, before the agent
         except (SandboxError, OSError) as err:
             box.close()
@@ -244,6 +218,9 @@ class TaskEnvironment:
         self._box, self._watch = box, watch
         self._started = time.monotonic()
         self._stats.start_seconds.append(self._started - started)
+
+    def _prepare(self, box: BlockingSandbox) -> None:
+        """The harness's own setup in a started sandbox, before the verifier's paths are recorded (none here)."""
 
     def _start_in_thread(self) -> None:
         try:
@@ -356,31 +333,73 @@ class TaskEnvironment:
         self._close()
 
 
+class TaskEnvironment(SandboxEpisode):
+    """One episode at a time in a local sandbox: `reset(task_dir=...)`, the policy's `bash` calls, then
+    `episode_reward(env)`. Public methods are the policy's tools: add none without meaning it."""
+
+    # TRL derives the tool's schema from this signature and docstring: common/bash_harness.py's BASH_TOOL is that
+    # schema written out for the eval agent, and a test holds the two equal (edit both or neither)
+    def bash(self, command: str) -> str:
+        """Run a command line with bash in the task's Linux sandbox and return what it printed.
+
+        Every call starts a new shell in the task's working directory (/app for most tasks): `cd` does not carry
+        over to the next call, so chain commands with `&&` or use absolute paths.
+
+        Args:
+            command: The command line to run, for example `wc -l < /app/data/input.log > /app/count.txt`.
+        """
+        self._ready()
+        if self._box is None:
+            return NOT_RUNNING
+        left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
+        if left <= 0:
+            self._limited = True
+            return "error: the episode's time limit is reached; no more commands run"
+        self._stats.add(tool_calls=1)
+        try:
+            result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
+        except SandboxExecTimeoutError:
+            self._stats.add(tool_errors=1)
+            if time.monotonic() - self._started >= self._limits.episode_wall_sec:
+                self._limited = True
+            return timeout_message(min(self._limits.command_timeout_sec, left))
+        except SandboxError as err:
+            self._fail(infra_failure(err, "sandbox"))
+            return SANDBOX_FAILED
+        if result.return_code == 137 and "the sandbox died" in result.stderr:
+            # the sandbox's PID 1 went under the agent's command (memory, a full tmpfs): the agent's doing, as the
+            # sandbox core counts it, so the episode scores 0 rather than going unscored
+            self._killed_by_agent = True
+        if result.return_code != 0:
+            self._stats.add(tool_errors=1)
+        return format_output(result.stdout, result.stderr, result.return_code, self._limits.max_output_chars)
+
+
 def task_prompt(task: Path) -> list[dict]:
     """The conversation an episode starts from: the task's instruction and how to act (training and oracle alike)."""
     return [{"role": "user", "content": harness_prompt(TaskFolder.of(task).instruction)}]
 
 
-def episode_reward(env: TaskEnvironment) -> float | None:
+def episode_reward(env: SandboxEpisode) -> float | None:
     """The episode's reward from the task's tests (run once; the sandbox is stopped after), or None when it is not
     scored (an infrastructure failure, or a limit with limit_outcome "mask", or tamper evidence with tamper_outcome
     "mask"); 0 for an episode with tamper evidence under tamper_outcome "zero"."""
     return env._verify()
 
 
-def episode_failure(env: TaskEnvironment) -> tuple[str, str] | None:
+def episode_failure(env: SandboxEpisode) -> tuple[str, str] | None:
     """Why the episode is not scored, `(kind, detail)` (an infrastructure kind, "episode_wall_sec" or "tampered"), or
     None."""
     return env._unscored
 
 
-def episode_verdict(env: TaskEnvironment) -> Verdict | None:
+def episode_verdict(env: SandboxEpisode) -> Verdict | None:
     """The verdict of the episode's verifier run or infrastructure failure (None before it is verified, or when a
     limit or the agent's own command ended it)."""
     return env._verdict
 
 
-def end_episode(env: TaskEnvironment) -> None:
+def end_episode(env: SandboxEpisode) -> None:
     """Stop the episode's sandbox without verifying it (an episode server's closed or expired session)."""
     env._close()
 
