@@ -1,4 +1,4 @@
-"""One episode of a Harbor task in Terminus-2's harness: keystrokes typed into tmux in a local sandbox, the tests' verdict.
+"""One episode of a Harbor task in Terminus-2's harness: keystrokes typed into tmux in a local sandbox, the verdict.
 Runs in: the training venv (Python >= 3.11), in the trainer's process; no Harbor, no server.
 
     env = TerminusEnvironment(EpisodeLimits(), EpisodeStats())   # GRPOTrainer(environment_factory=...) builds these
