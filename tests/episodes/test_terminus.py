@@ -216,6 +216,8 @@ def test_keystrokes_cannot_forge_a_reward_or_crash_the_trainer(tasks, name):
     terminus_first_message(env)
     started = time.monotonic()
     turn = terminus_step(env, action(*ATTACKS[name]))
+    if name in ("kill-server", "exit"):  # the session is gone: Harbor's agent stops there, and so does the episode
+        assert turn.done
     for _ in range(3):
         if turn.done:
             break
@@ -223,6 +225,8 @@ def test_keystrokes_cannot_forge_a_reward_or_crash_the_trainer(tasks, name):
     assert time.monotonic() - started < 45
     assert episode_reward(env) == 0.0, name  # the task is not solved, whatever the keystrokes did
     assert stats.scored == 1 and stats.passed == 0
+    if name == "forged reward":  # recorded as tamper evidence (harbor_tasks.evidence), zeroed under "zero"
+        assert dict(stats.tampered_by_kind) == {"verifier_paths": 1}
     end_episode(env)
 
 
@@ -233,3 +237,14 @@ def test_end_episode_stops_without_verifying(tasks):
     end_episode(env)
     turn = terminus_step(env, action(("echo hi\n", 0.1)))
     assert turn.done and episode_reward(env) is None  # stopped: nothing to verify, nothing raised
+
+
+def test_keystrokes_past_tmuxs_command_limit_go_through_a_paste_buffer(tasks):
+    env = TerminusEnvironment()
+    env.reset(task_dir=str(tasks["write-value"]))
+    terminus_first_message(env)
+    long = "echo " + "ab" * 12_000 + " | wc -c\n"  # past send-keys' 16,000 bytes
+    turn = terminus_step(env, action((long, 0.5)))
+    assert "24001" in turn.observation and not turn.done
+    assert "runtime-tmux-paste" not in terminus_step(env, action(("ls -a /tmp\n", 0.3))).observation  # cleaned up
+    end_episode(env)
