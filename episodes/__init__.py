@@ -1,4 +1,4 @@
-"""Episodes in sandboxes: in process (local), on an episode server (remote: its client), oracle episodes, the server.
+"""Episodes in sandboxes: in process (local, and terminus: Terminus-2's harness), on an episode server (remote), the server.
 Runs in: the training venv (.venv, Python >= 3.11): FastAPI, uvicorn, httpx and the standard-library sandbox; no torch.
 
 The wire constants below are the server's endpoints (episodes/app.py) and what its client calls (episodes/remote.py).

@@ -1,4 +1,4 @@
-"""One episode of a Harbor task in Terminus-2's harness: keystrokes typed into tmux in a local sandbox, the tests' verdict.
+"""One episode of a Harbor task in Terminus-2's harness: keystrokes typed into tmux in a local sandbox, the verdict.
 Runs in: the training venv (Python >= 3.11), in the trainer's process; no Harbor, no server.
 
     env = TerminusEnvironment(EpisodeLimits(), EpisodeStats())   # GRPOTrainer(environment_factory=...) builds these
@@ -22,7 +22,7 @@ from sandbox import BlockingSandbox, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
 LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts"  # what Harbor's environment makes before the agent starts
-TMUX_CALL_SEC = 30.0        # one tmux call (a send-keys, a capture); past it the episode ends (a hung tmux)
+TMUX_CALL_SEC = 10.0        # one tmux call (a send-keys, a capture); past it the episode ends (a hung tmux)
 PROMPT_WAIT_SEC = 3.0       # for the login shell's first prompt before the first screen is captured
 LIMIT_REACHED = "error: the episode's time limit is reached; no more commands run"
 SESSION_ENDED = "error: the terminal session has ended; no more commands run"
