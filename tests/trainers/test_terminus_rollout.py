@@ -98,7 +98,7 @@ def test_a_solving_episode_scores_one_and_trains_exactly_its_sampled_tokens(tmp_
             assert "Are you sure you want to mark the task as complete?" in untrained
         else:
             assert untrained.count("Previous response had parsing errors") == 4
-        assert '"task_complete"' not in untrained and GARBAGE not in untrained
+        assert '"analysis"' not in untrained and GARBAGE not in untrained  # no response of the policy's
     # what TRL trained: its tool_mask is the rollout's env_mask
     output = outputs[0]
     for row, (ids, mask) in enumerate(zip(rollout["completion_ids"], rollout["env_mask"])):
