@@ -2,6 +2,7 @@
 # make test  : create .venv if missing, install, run the whole test suite (CI's .ci/run calls this)
 # make learn : the learning run (recipes/learn.py): teacher trajectories -> SFT from scratch -> held-out pass rate by step
 # make learn-pivot : pivot GRPO from the learning run (recipes/learn_pivot.py): held-out decision-point reward and pass rate by step
+# make learn-chain : SFT -> pivot -> agentic GRPO vs each stage alone (recipes/learn_chain.py): held-out pass rate by arm
 # make grpo-agentic : agentic GRPO (recipes/grpo_agentic.py): episodes in the local sandbox, the task's tests as reward
 # make test-fast : the suite minus the tests marked slow (multi-process runs, Harbor jobs): for the edit-test loop
 # make bench : the benchmarks in bench/, each against its baseline, side by side
@@ -19,7 +20,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH   := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
 comma := ,
 
-.PHONY: setup harbor sft learn learn-pivot grpo-agentic test test-fast bench clean
+.PHONY: setup harbor sft learn learn-pivot learn-chain grpo-agentic test test-fast bench clean
 # setup also builds the sandbox's compiled way in (sandbox/enter.c; gcc comes with `make harbor`); without a compiler
 # it says why and commands enter through sandbox/enter.py
 setup: $(VENV)/.installed harbor
@@ -45,6 +46,9 @@ learn: setup
 
 learn-pivot: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(PY) recipes/learn_pivot.py $(ARGS)
+
+learn-chain: setup
+	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(PY) recipes/learn_chain.py $(ARGS)
 
 grpo-agentic: setup
 	DS_ACCELERATOR=$(if $(HAS_GPU),cuda,cpu) $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/grpo_agentic.py $(ARGS)

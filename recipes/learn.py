@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -47,6 +48,7 @@ from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
@@ -139,13 +141,6 @@ def student_corpus(teacher: Path, out: Path) -> Path:
     return out
 
 
-def stage(name: str, timings: dict):
-    """Print a stage header; returns a function that records its duration."""
-    print(f"\n=== learn: {name}", flush=True)
-    started = time.monotonic()
-    return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
-
-
 @exit_on_user_error
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -158,6 +153,7 @@ def main(argv=None) -> int:
     if unknown:
         raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
     timings: dict[str, float] = {}
+    stage = partial(run_stage, "learn")
     started = time.monotonic()
     shutil.rmtree(out, ignore_errors=True)  # a learning run starts from nothing: no resume, no stale checkpoints
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -35,6 +36,8 @@ from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from trainers.learning_runs import build_pivots, curve  # noqa: E402
+from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
@@ -57,26 +60,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
     return parser.parse_args(argv)
-
-
-def stage(name: str, timings: dict):
-    print(f"\n=== learn-pivot: {name}", flush=True)
-    started = time.monotonic()
-    return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
-
-
-def build_pivots(job_dir: str, out: Path, threshold: float) -> dict:
-    """`python -m trainers.data pivots` on one teacher job; its summary (counts per rule)."""
-    command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out),
-               "--threshold", str(threshold), "--json"]
-    print(" ".join(command), flush=True)
-    done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout)
-
-
-def curve(rows: list[dict], suite: str) -> list[tuple[int, float | None]]:
-    return sorted((row["step"], row["metrics"].get("mean_reward")) for row in rows
-                  if row["suite"] == suite and row["checkpoint"] != "final" and row["step"] is not None)
 
 
 def train_rewards(out: Path) -> list[tuple[int, float]]:
@@ -123,6 +106,7 @@ def main(argv=None) -> int:
         raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
     seeds = {"train": TRAIN_SEED + args.seed, "heldout": HELDOUT_SEED + args.seed, "trainer": TRAINER_SEED + args.seed}
     timings: dict[str, float] = {}
+    stage = partial(run_stage, "learn-pivot")
     started = time.monotonic()
     shutil.rmtree(out, ignore_errors=True)
 

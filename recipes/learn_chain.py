@@ -1,0 +1,213 @@
+"""The two-stage chain, measured: SFT -> pivot GRPO -> agentic GRPO against each stage alone, on held-out tasks.
+
+    make learn                    # the start: outputs/learn (the Terminus-2 learning run's final model)
+    make learn-chain              # = python recipes/learn_chain.py; everything in outputs/learn-chain/
+    python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 40] [--train_tasks 160] [--heldout_tasks 30]
+                                  [--families a,b,...] [-- --key value ...]   (GRPO keys for every arm)
+
+Four arms from one start, on the same train and held-out tasks, in one harness (Terminus-2): `sft` (the start, no
+GRPO), `pivot` (pivot GRPO on the scripted teacher's decision points, configs/grpo/pivot-learn.yaml), `agentic`
+(agentic GRPO, Terminus-2 episodes, configs/grpo/agentic-terminus-learn.yaml) and `pivot-agentic` (pivot for half
+the steps, then agentic from its model for the other half: the same total GRPO steps as the one-stage arms). Every
+arm is scored at step 0 (the start, once), at half its steps and at the end: Harbor's terminus-2, greedy, on the
+held-out tasks. `--seed N` moves train tasks (6+N), held-out tasks (1006+N) and the trainers' seed (42+N) together.
+Seed 0 writes outputs/learn-chain, seed N outputs/learn-chain-seedN, replaced on each run: tasks/, teacher/,
+pivots/, sft/checkpoint-0, pivot/, agentic/, pivot-agentic/{pivot,agentic}/, chain.png and learn_chain_summary.json
+(the table: held-out pass rate per arm and step). docs/agentic-grpo.md#the-chain-sft-pivot-agentic.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn_chain.py), like the other recipes
+
+from common.errors import ConfigError  # noqa: E402
+from eval.compare import collect, plot  # noqa: E402
+from eval.run import evaluate  # noqa: E402
+from harbor_tasks.folder import task_seeds  # noqa: E402
+from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from trainers.eval_callback import EvalArguments  # noqa: E402
+from trainers.learning_runs import build_pivots, curve  # noqa: E402
+from trainers.learning_runs import stage as run_stage  # noqa: E402
+from trainers.recipe_config import exit_on_user_error  # noqa: E402
+
+PIVOT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
+AGENTIC_CONFIG = REPO / "configs" / "grpo" / "agentic-terminus-learn.yaml"
+TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 6, 1006, 42  # + --seed; learn 1/1001, agentic 2/1002, pivot 3/1003
+ARMS = ("sft", "pivot", "agentic", "pivot-agentic")
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*",
+               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python recipes/learn_chain.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=0, help="moves train, held-out and trainer seeds together")
+    parser.add_argument("--start", default="outputs/learn", help="the SFT model every arm starts from "
+                        "(default: %(default)s, `make learn`'s final model)")
+    parser.add_argument("--steps", type=int, default=40, help="GRPO steps of each arm; the chain gives half to each "
+                        "stage (default: %(default)s)")
+    parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
+    parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
+    parser.add_argument("--families", help="comma-separated task families (default: all)")
+    parser.add_argument("--threshold", type=float, default=1.0, help="the decision points' keystroke similarity for "
+                        "reward 1 (default: %(default)s, as make learn-pivot)")
+    parser.add_argument("--out", help="the output folder (default: outputs/learn-chain, -seedN for --seed N)")
+    parser.add_argument("--teacher_concurrency", type=int, default=16)
+    parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
+    parser.add_argument("grpo_args", nargs="*", help="more `--key value` for both GRPO recipes, after `--`")
+    return parser.parse_args(argv)
+
+
+def grpo_command(recipe: str, config: Path, start: str, out: Path, steps: int, seed: int, args, *extra) -> list:
+    """One GRPO stage: `steps` steps from `start` into `out`, saved (and scored) at half its steps and at the end."""
+    return [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
+            recipe, "--config", str(config), "--model_name_or_path", start, "--output_dir", str(out),
+            "--run_name", f"{out.parent.name}-{out.name}", "--seed", str(seed), "--max_steps", str(steps),
+            "--save_steps", str(max(1, steps // 2)), "--eval_on_start", "false", *extra, *args.grpo_args]
+
+
+def run_stage_command(command: list, log: Path) -> None:
+    print(" ".join(command), flush=True)
+    with open(log, "w") as stream:
+        result = subprocess.run(command, cwd=REPO, stdout=stream, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        raise ConfigError(f"{' '.join(command[4:6])} failed (exit {result.returncode}); its log: {log}")
+
+
+def arm_curve(dirs: list[tuple[Path, int]], suite: str) -> list[tuple[int, float | None]]:
+    """The held-out pass rate by step of an arm run in stages: each (folder, step offset)."""
+    points = []
+    for folder, offset in dirs:
+        points += [(step + offset, score) for step, score in curve(collect([folder]), suite) if step > 0]
+    return points
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out or ("outputs/learn-chain" + (f"-seed{args.seed}" if args.seed else "")))
+    start = args.start
+    if not (Path(start) / "config.json").is_file():
+        raise ConfigError(f"--start {start}: not a model folder (no config.json); run `make learn` first, or pass "
+                          "--start DIR")
+    if args.steps < 2:
+        raise ConfigError(f"--steps {args.steps}: at least 2 (the chain gives half to each stage)")
+    families = args.families.split(",") if args.families else list(FAMILIES)
+    if unknown := sorted(set(families) - set(FAMILIES)):
+        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    seeds = {"train": TRAIN_SEED + args.seed, "heldout": HELDOUT_SEED + args.seed, "trainer": TRAINER_SEED + args.seed}
+    timings: dict[str, float] = {}
+    stage = partial(run_stage, "learn-chain")
+    started = time.monotonic()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    train, heldout = out / "tasks" / "train", out / "tasks" / "heldout"
+
+    done = stage("tasks", timings)
+    generate(train, seeds["train"], args.train_tasks, families)
+    generate(heldout, seeds["heldout"], args.heldout_tasks, families)
+    done()
+
+    done = stage("teacher trajectories on the train tasks and their decision points (the pivot arms' data)", timings)
+    from eval.scripted_teacher import collect as collect_teacher
+
+    teacher = collect_teacher(train, out / "teacher" / "train", args.teacher_concurrency)
+    pivots = build_pivots(teacher["harbor_job_dir"], out / "pivots" / "train.jsonl", args.threshold)
+    done()
+
+    done = stage("the start on the held-out tasks (step 0 of every arm)", timings)
+    step0 = out / "sft" / "checkpoint-0"
+    step0.mkdir(parents=True)
+    for path in {p for pattern in MODEL_FILES for p in Path(start).glob(pattern) if p.is_file()}:
+        shutil.copy2(path, step0 / path.name)  # the model alone: the start's own eval results stay behind
+    eval_keys = {k: v for k, v in yaml.safe_load(AGENTIC_CONFIG.read_text()).items() if k.startswith("eval_")}
+    eval_keys.update(eval_suites=[str(heldout)], eval_agent="terminus-2")
+    eval_keys.pop("eval_on_start", None)
+    evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
+    done()
+
+    half, trainer_seed = args.steps // 2, seeds["trainer"]
+    pivot_data = ["--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", str(heldout)]
+    agentic_data = ["--task_dirs", str(train), "--heldout_dir", str(heldout), "--eval_suites", str(heldout)]
+    stages = {
+        "pivot": [("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot", args.steps, pivot_data)],
+        "agentic": [("recipes/grpo_agentic.py", AGENTIC_CONFIG, start, out / "agentic", args.steps, agentic_data)],
+        "pivot-agentic": [
+            ("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot-agentic" / "pivot", half, pivot_data),
+            ("recipes/grpo_agentic.py", AGENTIC_CONFIG, str(out / "pivot-agentic" / "pivot"),
+             out / "pivot-agentic" / "agentic", args.steps - half, agentic_data)],
+    }
+    commands = {}
+    for arm, parts in stages.items():
+        done = stage(f"arm {arm}: " + " -> ".join(f"{Path(recipe).stem} {steps} steps"
+                                                   for recipe, _, _, _, steps, _ in parts), timings)
+        for recipe, config, model, folder, steps, data in parts:
+            command = grpo_command(recipe, config, model, folder, steps, trainer_seed, args, *data)
+            commands[f"{arm}/{folder.name}"] = " ".join(command)
+            folder.mkdir(parents=True, exist_ok=True)
+            run_stage_command(command, folder.parent / f"{folder.name}.log")
+        done()
+
+    done = stage("table and figure", timings)
+    suite = str(heldout)
+    start_score = curve(collect([out / "sft"]), suite)
+    offsets = {"pivot": [(out / "pivot", 0)], "agentic": [(out / "agentic", 0)],
+               "pivot-agentic": [(out / "pivot-agentic" / "pivot", 0), (out / "pivot-agentic" / "agentic", half)]}
+    table = {"sft": start_score}
+    for arm, dirs in offsets.items():
+        table[arm] = start_score + arm_curve(dirs, suite)
+    rows = [{"run": arm, "suite": "held-out pass rate", "checkpoint": f"step-{step}", "step": step,
+             "metrics": {"mean_reward": score}} for arm, points in table.items() for step, score in points]
+    steps = sorted({step for points in table.values() for step, _ in points})
+    rows += [{**row, "step": step} for row in rows if row["run"] == "sft" for step in steps if step]  # a flat line
+    plot(rows, out / "chain.png")
+    done()
+
+    summary = {
+        "start": start, "seed": args.seed, "seeds": seeds, "families": families, "steps": args.steps,
+        "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
+        "teacher": {"trials": teacher["metrics"].get("n_trials"), "solved": teacher["metrics"].get("mean_reward")},
+        "pivots": pivots.get("rows"), "heldout_pass_rate": table,
+        "grpo": {arm: {folder.name: _grpo_summary(folder) for _, _, _, folder, _, _ in parts}
+                 for arm, parts in stages.items()},
+        "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
+        "commands": {"this": " ".join(["python recipes/learn_chain.py", *(argv if argv is not None else sys.argv[1:])]),
+                     **commands},
+    }
+    (out / "learn_chain_summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n=== learn-chain: done in {summary['total_s'] / 60:.1f} min; start {start}; seeds train "
+          f"{seeds['train']}, held-out {seeds['heldout']}, trainer {seeds['trainer']}; "
+          f"{pivots.get('rows', {}).get('written')} decision points")
+    print(f"held-out pass rate (Harbor's terminus-2, greedy, {args.heldout_tasks} tasks) by step:")
+    width = max(len(arm) for arm in ARMS)
+    print(f"  {'arm':<{width}}  " + "  ".join(f"{step:>5}" for step in steps))
+    for arm in ARMS:
+        scores = dict(table[arm])
+        print(f"  {arm:<{width}}  " + "  ".join(f"{_fmt(scores.get(step)):>5}" for step in steps))
+    print(f"figure {out / 'chain.png'}, summary {out / 'learn_chain_summary.json'}")
+    return 0
+
+
+def _grpo_summary(folder: Path) -> dict:
+    path = folder / "run_summary.json"
+    summary = json.loads(path.read_text()) if path.is_file() else {}
+    return {key: summary.get(key) for key in ("global_step", "wall_seconds", "final_loss", "episodes", "pass_rate",
+                                              "train_prompts") if key in summary}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""`make learn-chain` (recipes/learn_chain.py): its arms' commands parse through the recipes' own parsers, the chain's
+second stage is placed after its first on the step axis, and a missing start is one clear line. The whole chain is
+minutes of GRPO per arm: its measured runs are in docs/agentic-grpo.md, with the command."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "recipes"))
+import learn_chain  # noqa: E402
+
+
+def results(folder, step, score, suite="held"):
+    checkpoint = folder / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "eval_results.json").write_text(json.dumps({"global_step": step, "suite": suite,
+                                                               "metrics": {"mean_reward": score}}))
+
+
+def test_the_chains_agentic_stage_follows_its_pivot_stage_on_the_step_axis(tmp_path):
+    results(tmp_path / "pivot", 10, 0.4)
+    results(tmp_path / "pivot", 20, 0.5)
+    results(tmp_path / "agentic", 10, 0.6)
+    results(tmp_path / "agentic", 20, 0.7)
+    curve = learn_chain.arm_curve([(tmp_path / "pivot", 0), (tmp_path / "agentic", 20)], "held")
+    assert curve == [(10, 0.4), (20, 0.5), (30, 0.6), (40, 0.7)]
+
+
+@pytest.mark.parametrize("recipe, config", [("recipes/grpo.py", learn_chain.PIVOT_CONFIG),
+                                            ("recipes/grpo_agentic.py", learn_chain.AGENTIC_CONFIG)])
+def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, config):
+    """What learn_chain passes each GRPO stage (start, output, steps, saves, seed, data, evals) are the recipe's keys."""
+    from trl import GRPOConfig, ModelConfig
+
+    from trainers.eval_callback import EvalArguments
+    from trainers.recipe_config import parse_config
+
+    args = SimpleNamespace(accelerate_config="configs/accelerate/cpu.yaml", grpo_args=["--num_generations", "4"])
+    data = (["--datasets", "p.jsonl", "--eval_suites", "held"] if recipe == "recipes/grpo.py" else
+            ["--task_dirs", "train", "--heldout_dir", "held", "--eval_suites", "held"])
+    command = learn_chain.grpo_command(recipe, config, "outputs/learn", tmp_path / "arm", 40, 43, args, *data)
+    argv = command[command.index(recipe) + 1:]
+    assert argv[argv.index("--max_steps") + 1] == "40" and argv[argv.index("--save_steps") + 1] == "20"
+    if recipe == "recipes/grpo.py":
+        from chat_corpus.sft_corpus import CorpusArguments
+        from rewards.client import RewardArguments
+
+        specific, _, grpo, model, evals = parse_config(
+            (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig, EvalArguments), config, argv)
+    else:
+        from trainers.agentic import AgenticTaskArguments
+
+        specific, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
+                                                    config, argv)
+    assert grpo.max_steps == 40 and grpo.save_steps == 20 and grpo.seed == 43 and grpo.num_generations == 4
+    assert grpo.output_dir == str(tmp_path / "arm") and model.model_name_or_path == "outputs/learn"
+    assert evals.eval_suites == ["held"] and not grpo.eval_on_start
+    if recipe == "recipes/grpo_agentic.py":
+        assert specific.harness == "terminus-2" and specific.task_dirs == ["train"]
+    assert evals.eval_temperature == 0.0  # greedy, as the start is scored
+
+
+def test_a_start_that_is_not_a_model_is_one_clear_line(tmp_path):
+    run = subprocess.run([sys.executable, "recipes/learn_chain.py", "--start", str(tmp_path), "--out",
+                          str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2 and "not a model folder" in run.stderr and "make learn" in run.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,36 @@
+"""What the learning-run recipes share (recipes/learn.py, learn_pivot.py, learn_chain.py): timed stages, the teacher's
+decision points, held-out curves.
+Runs in: the training venv, in those recipes' driver process (each stage is a subprocess or a library call).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stage(run: str, name: str, timings: dict):
+    """Print the stage's header (`=== run: name`); returns a function that records its duration in `timings`."""
+    print(f"\n=== {run}: {name}", flush=True)
+    started = time.monotonic()
+    return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
+
+
+def build_pivots(job_dir: str, out: Path, threshold: float) -> dict:
+    """`python -m trainers.data pivots` on one teacher job; its summary (counts per rule)."""
+    command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out),
+               "--threshold", str(threshold), "--json"]
+    print(" ".join(command), flush=True)
+    done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def curve(rows: list[dict], suite: str) -> list[tuple[int, float | None]]:
+    """[(step, mean_reward)] of one suite in eval.compare's rows, by step (the final model's row left out)."""
+    return sorted((row["step"], row["metrics"].get("mean_reward")) for row in rows
+                  if row["suite"] == suite and row["checkpoint"] != "final" and row["step"] is not None)
