@@ -72,6 +72,14 @@ def play(env, responses: list[str]) -> list[tuple[str, bool]]:
     return turns
 
 
+def test_trl_sees_no_tool():
+    import inspect
+
+    for cls in (RemoteTerminusEnvironment, TerminusEnvironment):
+        public = [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction) if not name.startswith("_")]
+        assert public == ["reset"], cls
+
+
 def test_a_remote_episode_is_the_local_one_turn_by_turn_and_its_counts_reach_the_trainer(root, task, server):
     local_stats, remote_stats = EpisodeStats(), EpisodeStats()
     local, env = TerminusEnvironment(EpisodeLimits(), local_stats), remote(server, remote_stats)
