@@ -1,12 +1,15 @@
 """The episode server's FastAPI app: its sessions over HTTP, NeMo Gym style (episodes.sessions does the work).
 Runs in: the episode server's process (training venv); the paths are the package's wire constants.
 
-    POST /seed_session   {task_id, limits?, task_digest?}        -> {resources_session_id, lease_sec, ...}
+    POST /seed_session   {task_id, limits?, task_digest?, harness?} -> {resources_session_id, lease_sec, ...}
     POST /bash           {resources_session_id, command}          -> {output}: what TaskEnvironment.bash returns
+    POST /terminus_first {resources_session_id}                   -> {message}: terminus_first_message (again: the same)
+    POST /terminus_step  {resources_session_id, response}         -> {observation, done}: terminus_step
     POST /verify         {resources_session_id}                   -> {reward, failure_kind, failure_reason, counts}
     POST /close_session  {resources_session_id}                   -> {closed, counts}
     POST /keepalive      {resources_session_ids: [...]}           -> {renewed, unknown}
     GET  /health         (open)                                   -> live sessions, capacity, counts by kind
+harness: "bash-tool" (default; /bash) or "terminus-2" (/terminus_*); another harness's call is a 409.
 Status codes, the guard, the caps and the thread pools: docs/agentic-grpo.md ("Sandboxes on other nodes").
 """
 
@@ -23,7 +26,7 @@ from fastapi import FastAPI, Request
 
 from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
-from episodes import BASH, CLOSE_SESSION, HEALTH, KEEPALIVE, SEED_SESSION, VERIFY
+from episodes import BASH, CLOSE_SESSION, HEALTH, KEEPALIVE, SEED_SESSION, TERMINUS_FIRST, TERMINUS_STEP, VERIFY
 from episodes.local import WALL_GRACE_SEC
 from episodes.sessions import AtCapacity, EpisodeSessions, LimitCaps
 
@@ -145,12 +148,14 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
         body, problem = await read(request, "task_id")
         if problem is not None:
             return problem
-        limits, digest = body.get("limits"), body.get("task_digest")
+        limits, digest, harness = body.get("limits"), body.get("task_digest"), body.get("harness", "bash-tool")
         if limits is not None and not isinstance(limits, dict):
             return error(422, "limits: must be an object of EpisodeLimits fields")
         if digest is not None and not isinstance(digest, str):
             return error(422, "task_digest: must be a string")
-        return await run(request, lambda: sessions.seed(body["task_id"], limits, digest), seed_pool)
+        if not isinstance(harness, str):
+            return error(422, f"harness: must be a string, not {type(harness).__name__}")
+        return await run(request, lambda: sessions.seed(body["task_id"], limits, digest, harness), seed_pool)
 
     @app.post(BASH)
     async def bash(request: Request):
@@ -161,6 +166,24 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
             return error(422, f"command: must be a string, not {type(body['command']).__name__}")
         session_id = body["resources_session_id"]
         return await run(request, lambda: sessions.bash(session_id, body["command"]), session_id=session_id)
+
+    @app.post(TERMINUS_FIRST)
+    async def terminus_first(request: Request):
+        body, problem = await read(request, "resources_session_id")
+        if problem is not None:
+            return problem
+        session_id = body["resources_session_id"]
+        return await run(request, lambda: sessions.terminus_first(session_id), session_id=session_id)
+
+    @app.post(TERMINUS_STEP)
+    async def terminus_step(request: Request):
+        body, problem = await read(request, "resources_session_id", "response")
+        if problem is not None:
+            return problem
+        if not isinstance(body["response"], str):
+            return error(422, f"response: must be a string, not {type(body['response']).__name__}")
+        session_id = body["resources_session_id"]
+        return await run(request, lambda: sessions.terminus_step(session_id, body["response"]), session_id=session_id)
 
     @app.post(VERIFY)
     async def verify(request: Request):

@@ -5,6 +5,7 @@ Runs in: the training venv (Python >= 3.11), in the trainer's process; needs onl
     env = RemoteTaskEnvironment(servers, EpisodeLimits(), EpisodeStats())  # GRPOTrainer(environment_factory=...)
     env.reset(task_dir=".../write-value-1-0", task="write-value-1-0")      # the dataset row's columns
     env.bash("ls"); episode_reward(env)                                    # on the server's sandbox
+    RemoteTerminusEnvironment(servers, ...): Terminus-2 (episodes.terminus's terminus_first_message, terminus_step)
 Retries, leases and what a failing server masks: docs/agentic-grpo.md ("Sandboxes on other nodes").
 """
 
@@ -24,11 +25,14 @@ from pathlib import Path
 import httpx
 
 from common.errors import ConfigError
-from episodes import BASH, CLOSE_SESSION, KEEPALIVE, SEED_SESSION, TOKEN_ENV, VERIFY
+from common.terminus_2 import first_message, shown_instruction
+from episodes import BASH, CLOSE_SESSION, KEEPALIVE, SEED_SESSION, TERMINUS_FIRST, TERMINUS_STEP, TOKEN_ENV, VERIFY
 from episodes.local import NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment
+from episodes.terminus import TerminusTurn
 from harbor_tasks.folder import TaskFolder
 
 logger = logging.getLogger(__name__)
+FIRST_MESSAGE_TIMEOUT_SEC = 120.0  # a Terminus-2 session's tmux start and first screen (bounded tmux calls)
 
 
 class EpisodeServerError(Exception):
@@ -63,10 +67,11 @@ class EpisodeServers:
             return self._client
 
     # --- calls ----------------------------------------------------------------------------------------------
-    def seed(self, task: str, digest: str, limits: EpisodeLimits) -> tuple[str, dict]:
-        """Open a session of `task` on the first server that takes it: (url, the server's answer). Raises
-        EpisodeServerError when none did within start_timeout, ConfigError when a server refused the request."""
-        body = {"task_id": task, "task_digest": digest, "limits": asdict(limits)}
+    def seed(self, task: str, digest: str, limits: EpisodeLimits, harness: str = "bash-tool") -> tuple[str, dict]:
+        """Open a session of `task` in `harness` on the first server that takes it: (url, the server's answer).
+        Raises EpisodeServerError when none did within start_timeout, ConfigError when a server refused the request
+        or opened a session of another harness (a server older than the harness)."""
+        body = {"task_id": task, "task_digest": digest, "limits": asdict(limits), "harness": harness}
         deadline = time.monotonic() + self.start_timeout
         first = next(self._next) % len(self.urls)
         order = self.urls[first:] + self.urls[:first]
@@ -83,7 +88,7 @@ class EpisodeServers:
                     problems.append(f"{url}: {_describe(err)}")
                     continue
                 if reply.status_code == 200:
-                    return url, reply.json()
+                    return url, self._of_harness(url, reply.json(), harness)
                 if reply.status_code == 429:
                     full += 1
                     problems.append(f"{url}: at capacity")
@@ -96,6 +101,20 @@ class EpisodeServers:
                 raise EpisodeServerError("; ".join(problems[-len(order):]) or "start_timeout spent")
             time.sleep(min(left, _backoff(attempt)))
         raise AssertionError("unreachable")
+
+    def _of_harness(self, url: str, answer: dict, harness: str) -> dict:
+        """The seed's answer, once it says the session runs `harness` (a server that predates Terminus-2 sessions
+        ignores the field and opens a bash-tool one: closed, and the run stops saying so)."""
+        session = answer.get("resources_session_id")
+        if session is None or answer.get("harness", "bash-tool") == harness:
+            return answer
+        try:
+            self.client.post(f"{url}{CLOSE_SESSION}", json={"resources_session_id": session},
+                             timeout=self._timeout(10.0))
+        except httpx.HTTPError:
+            pass  # its lease ends it
+        raise ConfigError(f"episode server {url} opened a {answer.get('harness', 'bash-tool')} session when asked for "
+                          f"{harness}: it predates {harness} sessions; restart it from this checkout")
 
     def call(self, url: str, path: str, body: dict, timeout: float, *, idempotent: bool) -> dict:
         """POST `body` to url+path: the JSON answer, or EpisodeServerError once the retries are spent (network
@@ -178,10 +197,12 @@ def _close_all():
         servers.close_all()
 
 
-class RemoteTaskEnvironment:
-    """One episode at a time in a session on an episode server: `reset(task_dir=..., task=...)`, the policy's
-    `bash` calls, then `episode_reward(env)` (episodes.local). Public methods are the policy's tools: `bash`,
-    the same tool as TaskEnvironment's, description included (TRL derives the same schema from both)."""
+class RemoteEpisode:
+    """What the remote episodes of every harness share: the session's seed (`reset`, its only public method: TRL
+    makes every other public method of an environment a tool), the verdict over /verify, the failure kinds, the
+    close. The local counterpart is episodes.local.SandboxEpisode."""
+
+    _harness = "bash-tool"  # the session's harness (episodes.HARNESSES), sent with the seed
 
     def __init__(self, servers: EpisodeServers, limits: EpisodeLimits | None = None,
                  stats: EpisodeStats | None = None):
@@ -191,6 +212,7 @@ class RemoteTaskEnvironment:
         self._url: str | None = None
         self._session: str | None = None
         self._task: str | None = None
+        self._task_dir: Path | None = None
         self._verify_timeout = 120.0
         self._failure: str | None = None
         self._unscored: tuple[str, str] | None = None
@@ -201,13 +223,14 @@ class RemoteTaskEnvironment:
     def reset(self, **row) -> None:
         """Start the episode of the row's task in a fresh sandbox on an episode server."""
         self._close()
-        task_dir = Path(row["task_dir"])
-        self._task = row.get("task") or task_dir.name
+        self._task_dir = Path(row["task_dir"])
+        self._task = row.get("task") or self._task_dir.name
         self._failure, self._unscored, self._result, self._verified = None, None, None, False
         self._stats.add(episodes=1)
         started = time.monotonic()
         try:
-            url, reply = self._servers.seed(self._task, TaskFolder.of(task_dir).digest, self._limits)
+            url, reply = self._servers.seed(self._task, TaskFolder.of(self._task_dir).digest, self._limits,
+                                            self._harness)
         except EpisodeServerError as err:
             self._fail("sandbox", f"no episode server took the session: {err}")
             return None
@@ -220,20 +243,6 @@ class RemoteTaskEnvironment:
         self._stats.start_seconds.append(time.monotonic() - started)
         return None
 
-    def bash(self, command: str) -> str:
-        if self._session is None:
-            return NOT_RUNNING
-        try:
-            reply = self._servers.call(self._url, BASH, {"resources_session_id": self._session, "command": command},
-                                       self._limits.command_timeout_sec + 60, idempotent=False)
-        except EpisodeServerError as err:
-            self._fail("sandbox", f"a bash call failed on its episode server: {err}")
-            self._close()
-            return SANDBOX_FAILED
-        return reply["output"]
-
-    bash.__doc__ = TaskEnvironment.bash.__doc__  # the policy's tool description: TaskEnvironment's, word for word
-
     def _verify(self) -> float | None:
         if not self._verified:
             self._verified = True
@@ -241,6 +250,17 @@ class RemoteTaskEnvironment:
         return self._result
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _act(self, path: str, body: dict, timeout: float, what: str, *, idempotent: bool = False) -> dict | None:
+        """A call that acts in the session: its answer, or None once it failed (the episode not scored, kind
+        sandbox, and its session closed). Not idempotent: retried only when the request never reached the server."""
+        try:
+            return self._servers.call(self._url, path, {"resources_session_id": self._session, **body}, timeout,
+                                      idempotent=idempotent)
+        except EpisodeServerError as err:
+            self._fail("sandbox", f"{what} failed on its episode server: {err}")
+            self._close()
+            return None
+
     def _run_verifier(self) -> float | None:
         if self._session is None:
             return None
@@ -282,6 +302,49 @@ class RemoteTaskEnvironment:
             self._stats.merge(reply.get("counts", {}))
         except (EpisodeServerError, ConfigError):
             pass  # the server is gone or the session with it; its lease ends whatever is left
+
+
+class RemoteTaskEnvironment(RemoteEpisode):
+    """One episode at a time in a session on an episode server: `reset(task_dir=..., task=...)`, the policy's
+    `bash` calls, then `episode_reward(env)` (episodes.local). Public methods are the policy's tools: `bash`,
+    the same tool as TaskEnvironment's, description included (TRL derives the same schema from both)."""
+
+    def bash(self, command: str) -> str:
+        if self._session is None:
+            return NOT_RUNNING
+        reply = self._act(BASH, {"command": command}, self._limits.command_timeout_sec + 60, "a bash call")
+        return SANDBOX_FAILED if reply is None else reply["output"]
+
+    bash.__doc__ = TaskEnvironment.bash.__doc__  # the policy's tool description: TaskEnvironment's, word for word
+
+
+class RemoteTerminusEnvironment(RemoteEpisode):
+    """One Terminus-2 episode at a time in a session on an episode server: `reset(task_dir=..., task=...)`,
+    `terminus_first_message(env)`, `terminus_step(env, text)` until done (episodes.terminus), then
+    `episode_reward(env)`. The same turns as TerminusEnvironment's, typed on the server. No public method but
+    reset: no tools."""
+
+    _harness = "terminus-2"
+
+    def _first_message(self) -> str:
+        if self._session is None:  # no sandbox: the message TerminusEnvironment sends then
+            return self._first_message_without(NOT_RUNNING)
+        # idempotent: the server keeps the first message and answers it again
+        reply = self._act(TERMINUS_FIRST, {}, FIRST_MESSAGE_TIMEOUT_SEC, TERMINUS_FIRST, idempotent=True)
+        return self._first_message_without(SANDBOX_FAILED) if reply is None else reply["message"]
+
+    def _first_message_without(self, screen: str) -> str:
+        return first_message(shown_instruction(TaskFolder.of(self._task_dir).instruction), screen)
+
+    def _step(self, response_text: str) -> TerminusTurn:
+        if self._session is None:
+            return TerminusTurn(SANDBOX_FAILED if self._failure else NOT_RUNNING, True)
+        # a step types keystrokes (never re-sent once it reached the server) for at most what is left of the wall
+        reply = self._act(TERMINUS_STEP, {"response": response_text}, self._limits.episode_wall_sec + 60,
+                          f"a {TERMINUS_STEP} call")
+        if reply is None:
+            return TerminusTurn(SANDBOX_FAILED, True)
+        return TerminusTurn(reply["observation"], bool(reply["done"]))
 
 
 def _backoff(attempt: int) -> float:

@@ -37,8 +37,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m episodes.server", description=(
         "Episode server for agentic GRPO: each session is one episode of a Harbor task in a fresh local sandbox "
-        "(episodes/local.py's TaskEnvironment: the same tool output, rewards, limits and failure kinds as in "
-        "the trainer). POST /seed_session, /bash, /verify, /close_session, /keepalive; GET /health."))
+        "(episodes/local.py's TaskEnvironment, or episodes/terminus.py's TerminusEnvironment for a Terminus-2 "
+        "session: the same tool output or messages, rewards, limits and failure kinds as in the trainer). POST "
+        "/seed_session, /bash, /terminus_first, /terminus_step, /verify, /close_session, /keepalive; GET /health."))
     p.add_argument("--tasks", required=True, nargs="+", type=Path,
                    help="folders of Harbor task folders; a session names its task by folder name (first match)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; 0.0.0.0 for other nodes)")

@@ -1,4 +1,4 @@
-"""The sessions an episode server holds: one `TaskEnvironment` episode each, a cap, idle leases, teardown at shutdown.
+"""The sessions an episode server holds: one episode each (bash tool or Terminus-2), a cap, idle leases, teardown.
 Runs in: the episode server's process (training venv); no HTTP here (episodes/app.py), every method blocks.
 
 A session lives from `seed` to `verify` (scored or not, the sandbox stopped) or to `close`; every call and
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from common.errors import RequestError
 from common.stats import percentile
+from episodes import HARNESS_CALLS, HARNESSES
 from episodes.local import (
     WALL_GRACE_SEC,
     EpisodeLimits,
@@ -31,6 +32,7 @@ from episodes.local import (
     episode_failure,
     episode_reward,
 )
+from episodes.terminus import TerminusEnvironment, terminus_first_message, terminus_step
 from harbor_tasks.folder import TaskFolder, is_task
 
 logger = logging.getLogger("episodes")
@@ -69,13 +71,15 @@ class LimitCaps:
 class Session:
     id: str
     task: str
-    env: TaskEnvironment
+    env: TaskEnvironment | TerminusEnvironment
     stats: EpisodeStats
     last_used: float              # the last call's start or end, or keepalive: the lease runs from it
     deadline: float               # seeded + episode_wall_sec + the wall grace: ended then, whatever the keepalives
     lock: threading.Lock = field(default_factory=threading.Lock)
     answer: dict | None = None    # the /verify answer, once verified
     ended: str | None = None      # "verified", "closed", "expired", "past_deadline", "shutdown"
+    harness: str = "bash-tool"    # HARNESSES: which calls act in it (HARNESS_CALLS)
+    first_message: str | None = None  # a Terminus-2 session's first message, once asked for (asked again: the same)
 
 
 class EpisodeSessions:
@@ -93,10 +97,13 @@ class EpisodeSessions:
         self._lock = threading.Lock()
 
     # --- the episode ------------------------------------------------------------------------------------------
-    def seed(self, task_id: str, limits: dict | None = None, digest: str | None = None) -> dict:
-        """Start an episode of the task named `task_id` under the task roots. RequestError: unknown task (404), a
-        copy that differs from the trainer's (409), bad limits or limits over the caps (422); AtCapacity when every
-        slot is taken."""
+    def seed(self, task_id: str, limits: dict | None = None, digest: str | None = None,
+             harness: str = "bash-tool") -> dict:
+        """Start an episode of the task named `task_id` under the task roots, in `harness` (HARNESSES). RequestError:
+        unknown task (404), a copy that differs from the trainer's (409), bad limits or limits over the caps or an
+        unknown harness (422); AtCapacity when every slot is taken."""
+        if harness not in HARNESSES:
+            raise RequestError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}", 422, "harness")
         task = self.find_task(task_id)
         if digest is not None and digest != TaskFolder.of(task).digest:
             raise RequestError(f"task_id {task_id!r}: this server's copy ({task}) differs from the trainer's "
@@ -114,7 +121,7 @@ class EpisodeSessions:
             self._starting += 1
         try:
             stats = EpisodeStats()
-            env = TaskEnvironment(episode_limits, stats)
+            env = (TerminusEnvironment if harness == "terminus-2" else TaskEnvironment)(episode_limits, stats)
             env.reset(task_dir=str(task))
         finally:
             with self._lock:
@@ -128,18 +135,33 @@ class EpisodeSessions:
             return {"resources_session_id": None, "task_id": task_id, "reward": None, "failure_kind": failure[0],
                     "failure_reason": failure[1]}
         now, lifetime = time.monotonic(), episode_limits.episode_wall_sec + self.wall_grace_sec
-        session = Session(uuid.uuid4().hex, task_id, env, stats, now, now + lifetime)
+        session = Session(uuid.uuid4().hex, task_id, env, stats, now, now + lifetime, harness=harness)
         with self._lock:
             self._live[session.id] = session
             self.events["opened"] += 1
-        return {"resources_session_id": session.id, "task_id": task_id, "lease_sec": self.lease_sec,
-                "deadline_sec": lifetime, "verifier_timeout_sec": TaskFolder.of(task).verifier_timeout_sec,
+        return {"resources_session_id": session.id, "task_id": task_id, "harness": harness,
+                "lease_sec": self.lease_sec, "deadline_sec": lifetime,
+                "verifier_timeout_sec": TaskFolder.of(task).verifier_timeout_sec,
                 "start_seconds": round(stats.start_seconds[-1], 4) if stats.start_seconds else None}
 
     def bash(self, session_id: str, command: str) -> dict:
-        with self._use(session_id) as session:
+        with self._use(session_id, "bash-tool") as session:
             output = session.env.bash(command)
         return {"output": output}
+
+    def terminus_first(self, session_id: str) -> dict:
+        """A Terminus-2 session's first user message (tmux started); asked again, the same message (idempotent)."""
+        with self._use(session_id, "terminus-2") as session:
+            if session.first_message is None:
+                session.first_message = terminus_first_message(session.env)
+            message = session.first_message
+        return {"message": message}
+
+    def terminus_step(self, session_id: str, response: str) -> dict:
+        """One Terminus-2 turn: the policy's response read and its keystrokes typed; the next message, done or not."""
+        with self._use(session_id, "terminus-2") as session:
+            turn = terminus_step(session.env, response)
+        return {"observation": turn.observation, "done": turn.done}
 
     def verify(self, session_id: str) -> dict:
         """The episode's reward by its tests (TaskEnvironment's verification: the sandbox is stopped after), or
@@ -252,10 +274,14 @@ class EpisodeSessions:
             return session
 
     @contextmanager
-    def _use(self, session_id):
-        """The live session, one call at a time. A session ended under the call (closed, expired, past its
-        deadline: its sandbox stopped) makes the call a 404 saying so, whatever the dying sandbox returned."""
+    def _use(self, session_id, harness: str | None = None):
+        """The live session, one call at a time; a call of another harness than the session's is refused (409). A
+        session ended under the call (closed, expired, past its deadline: its sandbox stopped) makes the call a 404
+        saying so, whatever the dying sandbox returned."""
         session = self._live_session(session_id)
+        if harness is not None and session.harness != harness:
+            raise RequestError(f"session {session.id} is a {session.harness} episode, not {harness}: call "
+                               f"{' and '.join(HARNESS_CALLS[session.harness])}", 409, "resources_session_id")
         try:
             with session.lock:
                 self._still_live(session)

@@ -6,6 +6,7 @@ Runs in: the training venv (Python >= 3.11), in the trainer's process; no Harbor
     prompt = terminus_first_message(env)                          # the first user message, as Harbor's agent sends it
     turn = terminus_step(env, response_text)                      # TerminusTurn(observation, done)
     episode_reward(env), episode_failure(env), end_episode(env)   # as for TaskEnvironment (episodes/local.py)
+On an episode server: episodes/remote.py's RemoteTerminusEnvironment, driven by the same two functions.
 The protocol is common/terminus_2.py's; what matches Harbor's agent: docs/agentic-grpo.md ("The Terminus-2 harness").
 """
 
@@ -65,77 +66,85 @@ class TerminusEnvironment(SandboxEpisode):
         result = self._box.exec(command, timeout_sec=max(min(TMUX_CALL_SEC, self._left()), 0.05))
         return result.return_code, result.stdout, result.stderr
 
-
-def terminus_first_message(env: TerminusEnvironment) -> str:
-    """Wait for the sandbox, start tmux, and return Terminus-2's first user message (the task's instruction and the
-    first screen). A sandbox or tmux that fails here is an infrastructure failure: the episode is not scored."""
-    env._ready()
-    instruction = shown_instruction(TaskFolder.of(env._task).instruction)
-    if env._box is None:
-        env._over = True
-        return first_message(instruction, NOT_RUNNING)
-    screen = TmuxScreen(env._tmux)
-    try:
-        rc, err = screen.start()
-        if rc != 0:
-            env._fail(infra_failure(f"tmux did not start: {err.strip() or rc}", "sandbox"))
-            env._over = True
+    # --- the turns: what terminus_first_message and terminus_step (below) call ---------------------------------
+    def _first_message(self) -> str:
+        self._ready()
+        instruction = shown_instruction(TaskFolder.of(self._task).instruction)
+        if self._box is None:
+            self._over = True
+            return first_message(instruction, NOT_RUNNING)
+        screen = TmuxScreen(self._tmux)
+        try:
+            rc, err = screen.start()
+            if rc != 0:
+                self._fail(infra_failure(f"tmux did not start: {err.strip() or rc}", "sandbox"))
+                self._over = True
+                return first_message(instruction, SANDBOX_FAILED)
+            deadline = time.monotonic() + PROMPT_WAIT_SEC  # Harbor's agent captures after its setup; here the prompt
+            while not screen.capture().strip() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            state = screen.incremental_output()
+        except SandboxError as err:
+            self._fail(infra_failure(err, "sandbox"))
+            self._over = True
             return first_message(instruction, SANDBOX_FAILED)
-        deadline = time.monotonic() + PROMPT_WAIT_SEC  # Harbor's agent captures after its setup; here the prompt
-        while not screen.capture().strip() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        state = screen.incremental_output()
-    except SandboxError as err:
-        env._fail(infra_failure(err, "sandbox"))
-        env._over = True
-        return first_message(instruction, SANDBOX_FAILED)
-    env._screen = screen
-    return first_message(instruction, state)
+        self._screen = screen
+        return first_message(instruction, state)
+
+    def _step(self, response_text: str) -> TerminusTurn:
+        self._ready()
+        if self._over or self._box is None or self._screen is None:
+            self._over = True
+            return TerminusTurn(SANDBOX_FAILED if self._failure else NOT_RUNNING, True)
+        turns, screen, stats = self._turns, self._screen, self._stats
+        result = turns.read(response_text)
+        if turns.failed:
+            stats.add(parse_errors=1)
+        elif result.warning:
+            stats.add(parse_warnings=1)
+        try:
+            for command in turns.commands:
+                if self._left() <= 0:
+                    return _limited(self)
+                started = time.monotonic()
+                stats.add(commands=1)
+                rc, _ = screen.send_keys(command.keystrokes)
+                if rc != 0:  # tmux refused: its server is gone (the agent ended it); Harbor's agent stops there too
+                    self._over = True
+                    return TerminusTurn(SESSION_ENDED, True)
+                wait = command.duration - (time.monotonic() - started)
+                if wait > 0:
+                    time.sleep(max(min(wait, self._left()), 0))
+                    if self._left() <= 0:
+                        return _limited(self)
+            output = None if turns.failed else limit_output(screen.incremental_output())
+            observation, done = turns.observe(output)
+            if not done and not screen.alive():  # Harbor's loop ends before its next model call
+                done = True
+        except SandboxExecTimeoutError:  # a tmux call that hung (the agent's doing) or the time limit
+            self._over = True
+            if self._left() <= 0:
+                return _limited(self)
+            return TerminusTurn(SESSION_ENDED, True)
+        except SandboxError as err:
+            self._fail(infra_failure(err, "sandbox"))
+            self._over = True
+            return TerminusTurn(SANDBOX_FAILED, True)
+        self._over = done
+        return TerminusTurn(observation, done)
 
 
-def terminus_step(env: TerminusEnvironment, response_text: str) -> TerminusTurn:
+def terminus_first_message(env) -> str:
+    """Wait for the sandbox, start tmux, and return Terminus-2's first user message (the task's instruction and the
+    first screen). A sandbox or tmux that fails here is an infrastructure failure: the episode is not scored.
+    `env`: a TerminusEnvironment, or episodes.remote's RemoteTerminusEnvironment (the same turns on a server)."""
+    return env._first_message()
+
+
+def terminus_step(env, response_text: str) -> TerminusTurn:
     """Read the policy's response as Terminus-2 does, type its commands (each waited for its duration, never past
     episode_wall_sec) unless it did not parse, and return the next user message and whether the episode is done."""
-    env._ready()
-    if env._over or env._box is None or env._screen is None:
-        env._over = True
-        return TerminusTurn(SANDBOX_FAILED if env._failure else NOT_RUNNING, True)
-    turns, screen, stats = env._turns, env._screen, env._stats
-    result = turns.read(response_text)
-    if turns.failed:
-        stats.add(parse_errors=1)
-    elif result.warning:
-        stats.add(parse_warnings=1)
-    try:
-        for command in turns.commands:
-            if env._left() <= 0:
-                return _limited(env)
-            started = time.monotonic()
-            stats.add(commands=1)
-            rc, _ = screen.send_keys(command.keystrokes)
-            if rc != 0:  # tmux refused: its server is gone (the agent ended it); Harbor's agent stops there too
-                env._over = True
-                return TerminusTurn(SESSION_ENDED, True)
-            wait = command.duration - (time.monotonic() - started)
-            if wait > 0:
-                time.sleep(max(min(wait, env._left()), 0))
-                if env._left() <= 0:
-                    return _limited(env)
-        output = None if turns.failed else limit_output(screen.incremental_output())
-        observation, done = turns.observe(output)
-        if not done and not screen.alive():  # Harbor's loop ends before its next model call
-            done = True
-    except SandboxExecTimeoutError:  # a tmux call that hung (the agent's doing) or the time limit
-        env._over = True
-        if env._left() <= 0:
-            return _limited(env)
-        return TerminusTurn(SESSION_ENDED, True)
-    except SandboxError as err:
-        env._fail(infra_failure(err, "sandbox"))
-        env._over = True
-        return TerminusTurn(SANDBOX_FAILED, True)
-    env._over = done
-    return TerminusTurn(observation, done)
+    return env._step(response_text)
 
 
 def _limited(env: TerminusEnvironment) -> TerminusTurn:

@@ -1,9 +1,9 @@
 """What agentic GRPO trains on: task folders as TRL prompt rows, episodes as its environments, their tests as reward.
 Runs in: the training venv, in the trainer's processes; `python -m trainers.agentic prepare CONFIG` for launchers.
 
-The harness (`harness`, HARNESSES): the bash tool (common/bash_harness.py, shared with the eval agent; episodes.local
-in local sandboxes, or episodes.remote on episode servers with `sandbox_urls`) or Terminus-2 (episodes.terminus in
-local sandboxes, driven by trainers/terminus_rollout.py). docs/agentic-grpo.md has the rest.
+The harness (`harness`, HARNESSES): the bash tool (common/bash_harness.py, shared with the eval agent; episodes.local)
+or Terminus-2 (episodes.terminus, driven by trainers/terminus_rollout.py), in local sandboxes or on episode servers
+with `sandbox_urls` (episodes.remote). docs/agentic-grpo.md has the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from common.errors import ConfigError
 from common.terminus_2 import first_message
 from common.stats import percentile
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
-from episodes.remote import EpisodeServers, RemoteTaskEnvironment
+from episodes import HARNESSES as EPISODE_HARNESSES
+from episodes.remote import EpisodeServers, RemoteTaskEnvironment, RemoteTerminusEnvironment
 from episodes.terminus import TerminusEnvironment
 from eval.settings import MODEL_AGENTS
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
@@ -28,7 +29,7 @@ from harbor_tasks.verdict import TAMPER_KINDS, passed
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
 # the harnesses agentic GRPO trains in: each is an eval agent (eval/settings.py), which scores the checkpoints
 HARNESSES = {"bash-tool": "the bash tool (TRL's tool loop)", "terminus-2": "Terminus-2 (JSON keystrokes into tmux)"}
-assert set(HARNESSES) == set(MODEL_AGENTS)
+assert set(HARNESSES) == set(MODEL_AGENTS) == set(EPISODE_HARNESSES)
 _LIMITS = EpisodeLimits()
 
 
@@ -73,8 +74,8 @@ class AgenticTaskArguments:
         "help": "seconds an episode may wait for a remote sandbox (servers at capacity included); then the "
                 "episode is not scored (kind sandbox)"})
     sandbox_retries: int = field(default=3, metadata={
-        "help": "retries of a remote call that failed on the network or with a 5xx (bash only when the request "
-                "never reached the server)"})
+        "help": "retries of a remote call that failed on the network or with a 5xx (a bash call or Terminus-2 "
+                "step only when the request never reached the server)"})
 
     def __post_init__(self):
         if self.harness not in HARNESSES:
@@ -86,9 +87,6 @@ class AgenticTaskArguments:
             raise ValueError(f"sandbox_urls: {', '.join(bad)} is not an http(s):// URL of an episode server")
         if self.sandbox_start_timeout <= 0 or self.sandbox_retries < 0:
             raise ValueError("sandbox_start_timeout must be positive and sandbox_retries at least 0")
-        if self.sandbox_urls and self.harness != "bash-tool":
-            raise ValueError(f"sandbox_urls: episode servers run bash-tool episodes only, not {self.harness}; "
-                             "leave sandbox_urls empty (local sandboxes on the trainer's node)")
 
     def limits(self) -> EpisodeLimits:
         try:
@@ -186,14 +184,15 @@ def check_eval_agent(args: AgenticTaskArguments, eval_agent: str, config_path: s
 
 def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
-    or a session on one of the episode servers of `sandbox_urls` (the same tool, reward and failure kinds)."""
-    if args.harness == "terminus-2":  # trainers/terminus_rollout.py drives it; it has no tools
-        return partial(TerminusEnvironment, args.limits(), stats, background_start=True)
+    or a session on one of the episode servers of `sandbox_urls` (the same tool or turns, reward and failure kinds).
+    Terminus-2's environments have no tools: trainers/terminus_rollout.py drives them."""
+    terminus = args.harness == "terminus-2"
     if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
-        return partial(TaskEnvironment, args.limits(), stats, background_start=True)
+        return partial(TerminusEnvironment if terminus else TaskEnvironment, args.limits(), stats,
+                       background_start=True)
     servers = EpisodeServers(args.sandbox_urls, auth_token=args.sandbox_auth_token,
                              start_timeout=args.sandbox_start_timeout, retries=args.sandbox_retries)
-    return partial(RemoteTaskEnvironment, servers, args.limits(), stats)
+    return partial(RemoteTerminusEnvironment if terminus else RemoteTaskEnvironment, servers, args.limits(), stats)
 
 
 def task_tests_reward(stats: EpisodeStats):

@@ -74,7 +74,8 @@ def test_the_terminus_2_8gpu_config_parses_and_trains_terminus_2_with_vllm(monke
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    assert tasks.harness == "terminus-2" and tasks.sandbox_urls == []
+    assert tasks.harness == "terminus-2" and len(tasks.sandbox_urls) == 2  # Terminus-2 sessions on episode servers
+    assert all(url.startswith("http://") for url in tasks.sandbox_urls)
     assert grpo.use_vllm and grpo.vllm_mode == "server" and grpo.bf16 and not grpo.use_cpu
     assert model.dtype == "bfloat16" and "eval_agent" not in yaml.safe_load(config.read_text())
     for ranks in (8, 6):
@@ -116,9 +117,10 @@ def dry_run(tmp_path: Path, script: str, config: Path, roles: dict[str, str], **
     return run, {role: next(s for s in steps if marker in s) for role, marker in roles.items()} if steps else {}, urls
 
 
-def dry_run_agentic(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
-    """grpo_agentic.sbatch on a copy of the 8-GPU config with 4 generated tasks."""
-    config = yaml.safe_load((REPO / "configs" / "grpo" / "agentic-8gpu.yaml").read_text())
+def dry_run_agentic(tmp_path: Path, config_name: str = "agentic-8gpu.yaml", **env) -> tuple[
+        subprocess.CompletedProcess, dict]:
+    """grpo_agentic.sbatch on a copy of an 8-GPU config with 4 generated tasks."""
+    config = yaml.safe_load((REPO / "configs" / "grpo" / config_name).read_text())
     config.update(task_dirs=[str(tmp_path / "tasks")], generate_n=4)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     roles = {"episode": "episodes.server", "vllm": "vllm-serve", "train": "grpo_agentic.py"}
@@ -150,6 +152,18 @@ def test_the_agentic_sbatch_puts_episode_servers_on_a_heterogeneous_jobs_cpu_nod
     assert "trainers: g1 (8 ranks); vLLM: g2; episode servers: http://c1:8200,http://c2:8200" in run.stdout
     assert steps["episode"].startswith("--het-group=1 ") and "--nodelist=c1,c2" in steps["episode"]
     assert "--nodelist=g2" in steps["vllm"] and "--nodelist=g1 " in steps["train"]
+
+
+def test_the_agentic_sbatch_runs_the_terminus_2_config_unchanged(tmp_path):
+    """The same launcher serves Terminus-2 episodes: its servers take the config's tasks, the trainers its harness."""
+    run, steps = dry_run_agentic(tmp_path, "agentic-terminus-8gpu.yaml", SLURM_JOB_NODELIST="n1,n2,n3",
+                                 VLLM_MAX_MODEL_LEN="32768")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "trainers: n1 (8 ranks); vLLM: n2; episode servers: http://n3:8200" in run.stdout
+    assert "python -m episodes.server --tasks" in steps["episode"] and str(tmp_path / "tasks") in steps["episode"]
+    assert "trl vllm-serve --model outputs/sft-qwen3-8b-terminus-2" in steps["vllm"]
+    assert "--max_model_len 32768" in steps["vllm"]
+    assert '--sandbox_urls "$SANDBOX_URLS"' in steps["train"] and "recipes/grpo_agentic.py" in steps["train"]
 
 
 def test_the_agentic_sbatch_refuses_too_few_nodes(tmp_path):

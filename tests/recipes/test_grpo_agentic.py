@@ -258,7 +258,9 @@ def test_tool_output_carries_no_loss(tmp_path):
 
 def test_the_harness_sets_the_eval_agent_and_a_conflicting_one_is_refused(tmp_path):
     from common.errors import ConfigError
-    from trainers.agentic import AgenticTaskArguments, check_eval_agent
+    from episodes.local import EpisodeStats
+    from episodes.remote import RemoteTerminusEnvironment
+    from trainers.agentic import AgenticTaskArguments, check_eval_agent, environment_factory
 
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"harness": "terminus-2", "task_dirs": ["x"]}))
@@ -273,8 +275,10 @@ def test_the_harness_sets_the_eval_agent_and_a_conflicting_one_is_refused(tmp_pa
         check_eval_agent(terminus, "bash-tool", str(config), [])
     with pytest.raises(ValueError, match="harness: 'xml' is not one of bash-tool, terminus-2"):
         AgenticTaskArguments(task_dirs=["x"], harness="xml")
-    with pytest.raises(ValueError, match="episode servers run bash-tool episodes only"):
-        AgenticTaskArguments(task_dirs=["x"], harness="terminus-2", sandbox_urls=["http://cpu1:8200"])
+    # Terminus-2 episodes run on episode servers too (episodes.remote.RemoteTerminusEnvironment)
+    on_servers = AgenticTaskArguments(task_dirs=["x"], harness="terminus-2", sandbox_urls=["http://cpu1:8200"])
+    assert on_servers.harness == "terminus-2" and on_servers.sandbox_urls == ["http://cpu1:8200"]
+    assert environment_factory(on_servers, EpisodeStats()).func is RemoteTerminusEnvironment
 
 
 def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):

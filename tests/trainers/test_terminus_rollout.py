@@ -5,6 +5,7 @@ screens between them are never trained."""
 
 import json
 
+import httpx
 import pytest
 from conftest import AGENTIC_FAMILIES as FAMILIES
 
@@ -14,10 +15,10 @@ from harbor_tasks.generate import generate
 GARBAGE = "I will look around first."  # no JSON: Terminus-2 answers with its parse-error message
 
 
-def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_observations=4):
-    """A GRPOTrainer on the tiny model, Terminus-2 episodes of one task (two a step), and a policy that answers
-    `responses_for(rendered conversation, turn, position in this generation call)`; returns (trainer, stats, the
-    rollouts' outputs, TRL's outputs)."""
+def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_observations=4, sandbox_urls=()):
+    """A GRPOTrainer on the tiny model, Terminus-2 episodes of one task (two a step; on episode servers with
+    `sandbox_urls`), and a policy that answers `responses_for(rendered conversation, turn, position in this
+    generation call)`; returns (trainer, stats, the rollouts' outputs, TRL's outputs)."""
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
@@ -51,7 +52,8 @@ def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_ob
         return result
 
     stats = EpisodeStats()
-    task_args = AgenticTaskArguments(task_dirs=[str(tmp_path / "tasks")], harness="terminus-2")
+    task_args = AgenticTaskArguments(task_dirs=[str(tmp_path / "tasks")], harness="terminus-2",
+                                     sandbox_urls=list(sandbox_urls))
     args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, report_to=[], max_steps=1, num_generations=2,
                       per_device_train_batch_size=2, max_completion_length=max_completion_length,
                       max_tool_calling_iterations=max_observations, chat_template_kwargs={"enable_thinking": False},
@@ -109,6 +111,31 @@ def test_a_solving_episode_scores_one_and_trains_exactly_its_sampled_tokens(tmp_
     summary = stats.as_dict()
     assert summary["episodes"] == 2 and summary["scored"] == 2 and summary["passed"] == 1
     assert json.dumps(summary)  # the counts the run summary writes
+
+
+def test_the_rollout_drives_episodes_on_an_episode_server(tmp_path, task):
+    """The same rollout with `sandbox_urls`: RemoteTerminusEnvironment's episodes, typed on a loopback episode
+    server, solve (1) and fail to parse (0), and the server's counts (parse errors) reach the trainer's."""
+    from servers import ServerThread
+
+    from episodes.app import EpisodeServerConfig, create_app
+    from episodes.remote import RemoteTerminusEnvironment
+
+    def responses_for(rendered, turn, position):
+        garbage = GARBAGE in rendered if turn else position == 1
+        return GARBAGE if garbage else solving(task)[turn]
+
+    with ServerThread(create_app(EpisodeServerConfig(tasks=[tmp_path / "tasks"], max_sessions=4))) as url:
+        trainer, stats, rollouts, _ = scripted_trainer(tmp_path, responses_for, sandbox_urls=[url])
+        trainer.train()
+        health = httpx.get(f"{url}/health").json()
+    assert all(isinstance(env, RemoteTerminusEnvironment) for env in trainer.environments)
+    assert sorted(rollouts[0]["ended"]) == ["done", "max_tool_calling_iterations"]
+    assert trainer.state.log_history[0]["episodes/pass_rate"] == 0.5
+    summary = stats.as_dict()
+    assert summary["scored"] == 2 and summary["passed"] == 1 and summary["masked"] == 0
+    assert summary["parse_errors"] == 5 and summary["commands"] >= 1  # the garbage episode's five turns
+    assert health["sessions"]["verified"] == 2 and health["live_sessions"] == 0
 
 
 def test_an_episode_cut_by_the_token_budget_is_verified_as_it_stands(tmp_path, task):
