@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import ConfigError
-from common.terminus_2 import first_message
+from common.terminus_2 import first_message, shown_instruction
 from common.stats import percentile
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
 from episodes import HARNESSES as EPISODE_HARNESSES
@@ -160,7 +160,7 @@ def task_dataset(tasks: list[Path], harness: str = "bash-tool"):
 
     def prompt(task: Path) -> list[dict]:
         if harness == "terminus-2":
-            return [{"role": "user", "content": first_message(TaskFolder.of(task).instruction, "")}]
+            return [{"role": "user", "content": first_message(shown_instruction(TaskFolder.of(task).instruction), "")}]
         return task_prompt(task)
 
     rows = [{"prompt": prompt(t), "task_dir": str(t.resolve()), "task": t.name} for t in tasks]

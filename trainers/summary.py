@@ -158,19 +158,23 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
         curves.setdefault(results["suite"], []).append([results["global_step"], results["metrics"].get("mean_reward")])
     families = {family: {**counts, "pass_rate": round(counts["passed"] / counts["scored"], 4) if counts["scored"]
                          else None} for family, counts in sorted((by_family or {}).items())}
-    return {"harness": harness, "tasks": len(tasks), "task_dirs": task_dirs, **episodes, "global_step": trainer.state.global_step,
+    return {"harness": harness, "tasks": len(tasks), "task_dirs": task_dirs, **episodes,
+            "global_step": trainer.state.global_step,
             "final_loss": final_loss(trainer.state.log_history), "wall_seconds": round(wall_seconds, 1),
             "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir(),
             **(seeds or {}), "by_family": families, "rollout_pass_rate_by_step": rollouts, "eval_by_step": curves}
 
 
 def print_agentic_summary(summary: dict) -> None:
-    print(f"agentic GRPO ({summary.get('harness', 'bash-tool')}): {summary['global_step']} steps on {summary['tasks']} tasks, {summary['episodes']} episodes "
-          f"({summary['scored']} scored, pass rate {summary['pass_rate']}; not scored by kind "
-          f"{summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}; tampered with "
-          f"the verifier {summary.get('tampered', 0)} {summary.get('tampered_by_kind') or '{}'}); "
-          f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors); sandbox start "
-          f"{summary['sandbox_start_seconds_mean']} s, verify {summary['verify_seconds_mean']} s on average; "
+    harness = summary.get("harness", "bash-tool")
+    actions = (f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors)" if harness == "bash-tool" else
+               f"{summary.get('commands', 0)} commands typed, {summary.get('parse_errors', 0)} responses Terminus-2 "
+               f"could not parse, {summary.get('parse_warnings', 0)} with warnings")
+    print(f"agentic GRPO ({harness}): {summary['global_step']} steps on {summary['tasks']} tasks, "
+          f"{summary['episodes']} episodes ({summary['scored']} scored, pass rate {summary['pass_rate']}; not scored "
+          f"by kind {summary['masked_by_kind'] or '{}'}; ended by the wall limit {summary['ended_by_limit']}; "
+          f"tampered with the verifier {summary.get('tampered', 0)} {summary.get('tampered_by_kind') or '{}'}); "
+          f"{actions}; sandbox start {summary['sandbox_start_seconds_mean']} s, verify {summary['verify_seconds_mean']} s on average; "
           f"wall {summary['wall_seconds']} s; output {summary['output_dir']}; W&B {summary['wandb_run_dir'] or 'none'}")
     if summary.get("train_seeds") or summary.get("eval_seeds"):
         print(f"generated tasks by seed: train {summary.get('train_seeds') or {}}, held out "
