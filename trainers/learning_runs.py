@@ -1,5 +1,4 @@
-"""What the learning-run recipes share (recipes/learn.py, learn_pivot.py, learn_chain.py): timed stages, the teacher's
-decision points, held-out curves.
+"""What the learning-run recipes (learn, learn_pivot, learn_chain) share: timed stages, decision points, curves.
 Runs in: the training venv, in those recipes' driver process (each stage is a subprocess or a library call).
 """
 
