@@ -320,6 +320,17 @@ def parse_error_message(said: str) -> str:
             "Please fix these issues and provide a proper JSON response.")
 
 
+def output_limit_message(limit_tokens: int | None, truncated_response: str) -> str:
+    """Terminus-2's next message after a response cut at the model's output limit (finish_reason "length"; the JSON
+    parser salvages nothing): none of its actions ran, and the parser's warnings on the cut text follow."""
+    limit = f"{limit_tokens} tokens" if limit_tokens is not None else "the maximum output length"
+    message = (f"ERROR!! NONE of the actions you just requested were performed because you exceeded {limit}. "
+               f"Your outputs must be less than {limit}. Re-issue this request, breaking it into chunks each of which "
+               f"is less than {limit}.")
+    warning = parse_response(truncated_response).warning
+    return message + (f"\n\nParser warnings from your truncated response:\n{warning}" if warning else "")
+
+
 def confirmation_message(terminal_output: str) -> str:
     return (f"Current terminal state:\n{terminal_output}\n\nAre you sure you want to mark the task as complete? This "
             "will trigger your solution to be graded and you won't be able to make any further corrections. If so, "

@@ -17,6 +17,7 @@ saved (trainers/eval_callback.py), in the harness it is trained in (eval_agent f
 
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from accelerate import PartialState
@@ -77,10 +78,13 @@ def main():
     callback = EvalOnSaveCallback(eval_args, eval_on_start=eval_on_start) if eval_args.eval_suites else None
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        **(training_args.model_init_kwargs or {})}
+    # Terminus-2 episodes: the rollout owns the turns, each response capped as the evals cap one call (eval_max_tokens)
+    rollout = (partial(terminus_rollout, max_turn_tokens=eval_args.eval_max_tokens)
+               if task_args.harness == "terminus-2" else None)
     trainer = AgenticGRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
                                  train_dataset=task_dataset(tasks, task_args.harness), processing_class=tokenizer,
                                  environment_factory=environment_factory(task_args, stats),
-                                 rollout_func=terminus_rollout if task_args.harness == "terminus-2" else None,
+                                 rollout_func=rollout,
                                  peft_config=get_peft_config(model_args),
                                  callbacks=[callback] if callback else None)
     resume = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)

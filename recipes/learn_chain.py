@@ -1,6 +1,6 @@
 """The two-stage chain, measured: SFT -> pivot GRPO -> agentic GRPO against each stage alone, on held-out tasks.
 
-    make learn                    # the start: outputs/learn (the Terminus-2 learning run's final model)
+    make learn                    # the start: outputs/learn/checkpoint-304 (the Terminus-2 learning run)
     make learn-chain              # = python recipes/learn_chain.py; everything in outputs/learn-chain/
     python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 40] [--train_tasks 160] [--heldout_tasks 30]
                                   [--families a,b,...] [-- --key value ...]   (GRPO keys for every arm)
@@ -52,8 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python recipes/learn_chain.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0, help="moves train, held-out and trainer seeds together")
-    parser.add_argument("--start", default="outputs/learn", help="the SFT model every arm starts from "
-                        "(default: %(default)s, `make learn`'s final model)")
+    parser.add_argument("--start", default="outputs/learn/checkpoint-304", help="the SFT model every arm starts "
+                        "from (default: %(default)s, `make learn`'s first save: partly right, as for make learn-pivot)")
     parser.add_argument("--steps", type=int, default=40, help="GRPO steps of each arm; the chain gives half to each "
                         "stage (default: %(default)s)")
     parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from episodes.terminus import terminus_first_message, terminus_step
+from common.terminus_2 import output_limit_message
+from episodes.terminus import TerminusTurn, terminus_first_message, terminus_step
 
 STEP_WORKERS = 8  # episodes of one batch whose keystrokes run at once (each sleeps its commands' durations)
 
 
-def terminus_rollout(prompts: list, trainer) -> dict:
+def terminus_rollout(prompts: list, trainer, max_turn_tokens: int | None = None) -> dict:
     """TRL's rollout_func: one Terminus-2 episode per entry of `prompts` (the per-process slice, each task repeated
-    num_generations times), in `trainer.environments` (reset by TRL with the row). Returns prompt_ids,
-    completion_ids, env_mask, logprobs (vLLM's, 0.0 on observation tokens; None on the transformers path) and, for
-    the reward and the logs, `turns` and `ended` (why each episode stopped)."""
+    num_generations times), in `trainer.environments` (reset by TRL with the row). `max_turn_tokens`: the most tokens
+    of one response (the eval's per-call `max_tokens`); a response cut there runs nothing and is answered with
+    Terminus-2's output-limit message, as Harbor's agent answers a reply cut at the model's max_tokens. Returns
+    prompt_ids, completion_ids, env_mask, logprobs (vLLM's, 0.0 on observation tokens; None on the transformers path)
+    and, for the reward and the logs, `turns` and `ended` (why each episode stopped)."""
     environments = trainer.environments
     if environments is None or len(environments) != len(prompts):
         raise RuntimeError("terminus_rollout needs one environment per prompt: pass environment_factory too")
@@ -48,12 +51,13 @@ def terminus_rollout(prompts: list, trainer) -> dict:
     logprobs: list[list[float]] | None = [[] for _ in range(n)]
     turns, ended = [0] * n, [""] * n
     active = list(range(n))
+    eos = set(trainer.eos_token_ids)
     while active:
-        sampled, sampled_logprobs = trainer._generate_single_turn(
-            [prompt_ids[i] + completion_ids[i] for i in active], None, {}, num_generations=1)
+        sampled, sampled_logprobs = _generate(trainer, [prompt_ids[i] + completion_ids[i] for i in active],
+                                              max_turn_tokens)
         if sampled_logprobs is None:
             logprobs = None
-        texts, still = {}, []
+        texts, cut, still = {}, {}, []
         for k, i in enumerate(active):
             room = budget - len(completion_ids[i])
             ids = list(sampled[k])[:room]
@@ -64,11 +68,18 @@ def terminus_rollout(prompts: list, trainer) -> dict:
             turns[i] += 1
             if len(ids) < len(sampled[k]) or len(completion_ids[i]) >= budget:
                 ended[i] = "max_completion_length"  # cut mid-response: verified as it stands, the cut turn not run
-            else:
-                texts[i] = tokenizer.decode(ids, skip_special_tokens=True)
-                still.append(i)
+                continue
+            texts[i] = tokenizer.decode(ids, skip_special_tokens=True)
+            cut[i] = not ids or ids[-1] not in eos  # stopped at max_turn_tokens: its end-of-turn is not sampled
+            still.append(i)
+
+        def step(i: int) -> TerminusTurn:
+            if cut[i]:  # nothing runs: Terminus-2 says so, and the episode goes on
+                return TerminusTurn(output_limit_message(max_turn_tokens, texts[i]), done=False)
+            return terminus_step(environments[i], texts[i])
+
         with ThreadPoolExecutor(workers, thread_name_prefix="terminus-step") as pool:
-            steps = dict(zip(still, pool.map(lambda i: terminus_step(environments[i], texts[i]), still)))
+            steps = dict(zip(still, pool.map(step, still)))
         active = []
         for i in still:
             step = steps[i]
@@ -78,7 +89,8 @@ def terminus_rollout(prompts: list, trainer) -> dict:
             if max_observations is not None and turns[i] > max_observations:
                 ended[i] = "max_tool_calling_iterations"
                 continue
-            suffix = observation_ids(tokenizer, step.observation, template)
+            # a cut turn gets the end-of-turn token the chat template closes it with (never trained), then the message
+            suffix = ([tokenizer.eos_token_id] if cut[i] else []) + observation_ids(tokenizer, step.observation, template)
             if (len(completion_ids[i]) + len(suffix) >= budget
                     or len(prompt_ids[i]) + len(completion_ids[i]) + len(suffix) >= max_length):
                 ended[i] = "max_completion_length"  # no room for the observation and a reply to it
@@ -90,6 +102,30 @@ def terminus_rollout(prompts: list, trainer) -> dict:
             active.append(i)
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "env_mask": env_mask, "logprobs": logprobs,
             "turns": turns, "ended": ended}
+
+
+def _generate(trainer, inputs: list[list[int]], max_turn_tokens: int | None):
+    """One turn of every active episode through TRL's per-turn generation, each response capped at max_turn_tokens:
+    the cap TRL reads at each call (vLLM's max_completion_length; the transformers path's generation config and the
+    kwargs it unwraps the model with) is set for the call and restored after."""
+    if max_turn_tokens is None:
+        return trainer._generate_single_turn(inputs, None, {}, num_generations=1)
+    caps = [(trainer.vllm_generation, "max_completion_length")] if trainer.use_vllm else [
+        (trainer.generation_config, "max_new_tokens")]
+    kwargs = getattr(trainer, "generation_kwargs", None)
+    saved = [getattr(owner, name) for owner, name in caps]
+    saved_kwarg = kwargs.get("max_new_tokens") if isinstance(kwargs, dict) else None
+    for owner, name in caps:
+        setattr(owner, name, max_turn_tokens)
+    if isinstance(kwargs, dict) and saved_kwarg is not None:
+        kwargs["max_new_tokens"] = max_turn_tokens
+    try:
+        return trainer._generate_single_turn(inputs, None, {}, num_generations=1)
+    finally:
+        for (owner, name), value in zip(caps, saved):
+            setattr(owner, name, value)
+        if isinstance(kwargs, dict) and saved_kwarg is not None:
+            kwargs["max_new_tokens"] = saved_kwarg
 
 
 def observation_ids(tokenizer, observation: str, template: dict) -> list[int]:

@@ -15,7 +15,8 @@ from harbor_tasks.generate import generate
 GARBAGE = "I will look around first."  # no JSON: Terminus-2 answers with its parse-error message
 
 
-def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_observations=4, sandbox_urls=()):
+def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_observations=4, sandbox_urls=(),
+                     max_turn_tokens=None):
     """A GRPOTrainer on the tiny model, Terminus-2 episodes of one task (two a step; on episode servers with
     `sandbox_urls`), and a policy that answers `responses_for(rendered conversation, turn, position in this
     generation call)`; returns (trainer, stats, the rollouts' outputs, TRL's outputs)."""
@@ -38,7 +39,8 @@ def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_ob
                 rendered = tokenizer.decode(ids)
                 turn = rendered.count("<|im_start|>assistant") - 1  # the turns this episode has taken
                 text = responses_for(rendered, turn, position)
-                completions.append(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
+                ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+                completions.append(ids[: self.generation_config.max_new_tokens])  # a sampler stops at the cap too
             return completions, None
 
         def _generate_and_score_completions(self, inputs):
@@ -47,7 +49,7 @@ def scripted_trainer(tmp_path, responses_for, max_completion_length=1024, max_ob
             return output
 
     def capturing(prompts, trainer):
-        result = terminus_rollout(prompts, trainer)
+        result = terminus_rollout(prompts, trainer, max_turn_tokens=max_turn_tokens)
         rollouts.append(result)
         return result
 
@@ -146,6 +148,27 @@ def test_an_episode_cut_by_the_token_budget_is_verified_as_it_stands(tmp_path, t
     assert rollouts[0]["ended"] == ["max_completion_length"] * 2
     assert all(sum(mask) == len(mask) == 24 for mask in rollouts[0]["env_mask"])
     assert stats.as_dict()["scored"] == 2 and stats.as_dict()["passed"] == 0
+
+
+def test_a_response_cut_at_the_per_turn_cap_runs_nothing_and_is_told_so_as_harbor_tells_it(tmp_path, task):
+    """A first response longer than max_turn_tokens (the evals' max_tokens) stops there: nothing of it runs, the
+    end-of-turn token the template closes it with follows untrained, and the next message is Terminus-2's output-limit
+    message; the episode goes on and solves the task."""
+    long = action_text({**task.first_action(), "analysis": "x " * 400})
+
+    def responses_for(rendered, turn, position):
+        return [long, *solving(task)][turn]
+
+    trainer, stats, rollouts, _ = scripted_trainer(tmp_path, responses_for, max_turn_tokens=200)
+    trainer.train()
+    tokenizer = trainer.processing_class
+    for ids, mask, ended in zip(rollouts[0]["completion_ids"], rollouts[0]["env_mask"], rollouts[0]["ended"]):
+        assert ended == "done" and ids[200] == tokenizer.eos_token_id and mask[:201] == [1] * 200 + [0]
+        untrained = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+        assert ("ERROR!! NONE of the actions you just requested were performed because you exceeded 200 tokens. "
+                "Your outputs must be less than 200 tokens.") in untrained
+    assert trainer.generation_config.max_new_tokens == 1024  # the cap was the call's only
+    assert stats.as_dict()["passed"] == 2 and stats.as_dict()["parse_errors"] == 0
 
 
 def test_observation_ids_follow_a_sampled_turn_in_the_training_template():
