@@ -300,3 +300,26 @@ def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):
     assert summary["tool_calls"] == 0 and "responses Terminus-2 could not parse" in run.stdout  # no bash tool
     results = json.loads((tmp_path / "grpo-agentic" / "checkpoint-1" / "eval_results.json").read_text())
     assert results["agent"] == "terminus-2" and results["metrics"]["n_trials"] == 2
+
+
+def test_the_terminus_2_learning_config_trains_and_scores_one_harness():
+    from trl import GRPOConfig, ModelConfig
+
+    from trainers.agentic import AgenticTaskArguments, check_eval_agent
+    from trainers.eval_callback import EvalArguments
+    from trainers.recipe_config import parse_config
+
+    config = REPO / "configs" / "grpo" / "agentic-terminus-learn.yaml"
+    learn = yaml.safe_load((REPO / "configs" / "sft" / "learn.yaml").read_text())
+    saved = dict(os.environ)
+    try:
+        tasks, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
+                                                 config, ["--config", str(config)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert model.model_name_or_path.startswith(learn["output_dir"] + "/checkpoint-")  # make learn's Terminus-2 student
+    assert tasks.harness == "terminus-2" and check_eval_agent(tasks, evals.eval_agent, str(config), []) == "terminus-2"
+    assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1 and evals.eval_temperature == 0.0
+    assert tasks.generate_seed != tasks.heldout_seed and tasks.heldout_dir in evals.eval_suites
+    assert evals.eval_max_tokens <= grpo.max_completion_length  # a response's cap (the evals') fits in an episode
