@@ -250,8 +250,14 @@ def main() -> None:
             os.execve(argv[0], argv, env)
         except OSError as exc:
             _fail(127, f"cannot run {argv[0]!r}: {exc.strerror}")
+    def forward(sig, _frame):
+        try:
+            os.kill(child, sig)
+        except ProcessLookupError:  # reaped already: Python runs a handler late, after the waitpid it interrupted
+            pass
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, lambda s, _f: os.kill(child, s))
+        signal.signal(sig, forward)
     while True:
         try:
             _, status = os.waitpid(child, 0)
