@@ -123,7 +123,13 @@ int main(int argc, char **argv) {
         struct rlimit lim = {strtoull(r[1], NULL, 10), strtoull(r[1], NULL, 10)};
         check(setrlimit(atoi(r[0]), &lim), "setrlimit");
     }
-    signal(SIGPIPE, SIG_IGN);  /* as Python ignores them at start: enter.py's commands inherit both ignored */
+    /* every signal at its default, whatever the host process ignored (nohup: SIGHUP; a background job: SIGINT, SIGQUIT;
+     * SIGCHLD, which would leave waitpid nothing to wait for); the command inherits these, but SIGPIPE and SIGXFSZ
+     * ignored as Python ignores them at start (enter.py's commands inherit both ignored) */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);  /* EINVAL for the C library's own: kept */
+    signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN);
     int last_cap = 40, fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -175,15 +181,24 @@ int main(int argc, char **argv) {
         struct sock_fprog prog = {(unsigned short)(filter_len / 8), (struct sock_filter *)cur};
         check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0), "seccomp");
     }
-    /* 4. the PID namespace applies to children */
+    /* 4. the PID namespace applies to children. The signals forwarded to the command are blocked from before the fork
+     * until their handlers are in: one its group gets meanwhile waits, then is forwarded, and this process always
+     * ends as the command did. The command starts with nothing blocked, whatever the host process blocked. */
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    sigset_t forwarded, none;
+    sigemptyset(&forwarded);
+    sigemptyset(&none);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&forwarded, sigs[i]);
+    check(sigprocmask(SIG_BLOCK, &forwarded, NULL), "sigprocmask");
     child = fork();
     if (child < 0) fail(EXIT_ENTER_FAILED, "fork", strerror(errno));
     if (child == 0) {
+        sigprocmask(SIG_SETMASK, &none, NULL);
         execve(cmd[0], cmd, env);
         fail(EXIT_CANNOT_RUN, cmd[0], strerror(errno));
     }
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], forward);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int status;
     while (waitpid(child, &status, 0) < 0)
         if (errno != EINTR) fail(EXIT_ENTER_FAILED, "waitpid", strerror(errno));

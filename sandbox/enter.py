@@ -243,10 +243,21 @@ def main() -> None:
             _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
     except OSError as exc:
         _fail(EXIT_ENTER_FAILED, f"cannot enter the sandbox: {exc}")
-    # 4. the PID namespace applies to children
+    # 4. the PID namespace applies to children. The signals forwarded to the command are blocked from before the fork
+    # until their handlers are in (one its group gets meanwhile waits, then is forwarded); the command starts with
+    # every signal at its default but SIGPIPE and SIGXFSZ (ignored, as Python ignores them) and none blocked, whatever
+    # the host process ignored or blocked (nohup: SIGHUP), as the compiled helper leaves it.
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:  # this process's too (SIGCHLD: waitpid)
+        try:
+            signal.signal(sig, signal.SIG_IGN if sig in (signal.SIGPIPE, signal.SIGXFSZ) else signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # the C library's own
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
     child = os.fork()
     if child == 0:
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
             os.execve(argv[0], argv, env)
         except OSError as exc:
             _fail(127, f"cannot run {argv[0]!r}: {exc.strerror}")
@@ -256,8 +267,9 @@ def main() -> None:
         except ProcessLookupError:  # reaped already: Python runs a handler late, after the waitpid it interrupted
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    for sig in forwarded:
         signal.signal(sig, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     while True:
         try:
             _, status = os.waitpid(child, 0)
