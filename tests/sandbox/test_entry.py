@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -157,6 +158,31 @@ def test_the_helper_is_out_of_a_commands_reach(helper):
         with pytest.raises(SandboxExecTimeoutError):
             sb.exec("kill -STOP 0", timeout_sec=2)
         assert sb.exec("echo alive").stdout == "alive\n"
+
+
+
+@needs_namespaces
+@pytest.mark.parametrize("way", ["compiled", "python"])
+def test_a_command_that_signals_its_group_dies_of_it_whatever_the_host_ignores_or_blocks(helper, way):
+    """A command starts with every signal at its default but SIGPIPE and SIGXFSZ (ignored, as ever) and none blocked,
+    whatever the process running the sandbox ignores or blocks (`nohup make test`: SIGHUP ignored; a background job:
+    SIGINT): `kill -HUP 0` ends it by SIGHUP, reported (-1) each time, never as a clean exit 0; the sandbox lives on."""
+    from sandbox import BlockingSandbox, SandboxConfig
+
+    forwarded = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in forwarded}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM})  # the sandbox's thread's too
+    try:
+        with BlockingSandbox(SandboxConfig(**SMALL, entry=way)) as sb:
+            r = sb.exec("grep -E '^Sig(Blk|Ign)' /proc/self/status")
+            assert r.stdout == "SigBlk:\t0000000000000000\nSigIgn:\t0000000001001000\n", r
+            codes = [sb.exec(f"kill -{sig.name[3:]} 0").return_code for sig in forwarded for _ in range(8)]
+            assert codes == [-sig for sig in forwarded for _ in range(8)], codes
+            assert sb.exec("echo alive").stdout == "alive\n"
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 WATCH = r"""
