@@ -170,9 +170,10 @@ def _task(config) -> str:
 
 def wait_sec(config) -> float:
     """How long a start waits for the build of its key by another start (or for the key's lock): that build's own
-    bounds (``build_timeout_sec`` per ``RUN``, the build sandbox's start and stop) and a margin."""
+    bounds (``build_timeout_sec`` per ``RUN`` and per ``ADD`` of an archive, the build sandbox's start and stop) and a
+    margin."""
     try:
-        runs = sum(step.op == "RUN" for step in dockerfile.plan(
+        runs = sum(step.op in ("RUN", "ADD") for step in dockerfile.plan(
             config.environment_dir / "Dockerfile", config.build_args, config.image_env, config.image_workdir,
             config.image_user).steps)
     except Exception:  # a Dockerfile the replay refuses: its build fails at once
@@ -204,7 +205,8 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
     fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         # shared: no eviction of the layer from now on (an eviction holds it exclusive only while it renames)
-        await _flock(fd, fcntl.LOCK_SH, deadline, f"the build cache's lock {folder / key}.lock (held exclusive by an eviction)")
+        await _flock(fd, fcntl.LOCK_SH, deadline,
+                     f"the build cache's lock {folder / key}.lock (held exclusive by an eviction)")
         if not (entry / "meta.json").is_file():
             if not await _build_once(sandbox, folder, key, inputs, since, deadline):
                 os.close(fd)
