@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandbox import dockerfile
 from sandbox.errors import EnvironmentBuildError, NetworkNeededError, SandboxError, SandboxExecTimeoutError
 from sandbox.images import default_cache_dir
 from sandbox.pid1 import ALLOWED_TOP, VAR_ALLOWED
@@ -40,6 +41,7 @@ BASE_MARKERS = ("etc", "etc/passwd", "etc/group", "etc/shadow", "etc/os-release"
 UPPERS = {**{n: n for n in ALLOWED_TOP}, **{"var-" + r.replace("/", "-"): f"var/{r}" for r in VAR_ALLOWED}}
 ERRORS = {e.__name__: e for e in (EnvironmentBuildError, NetworkNeededError, SandboxError, SandboxExecTimeoutError)}
 POLL_SEC = 0.05
+BUILD_MARGIN_SEC = 300  # a build's start, COPY steps and stop, beyond its RUN steps' own bounds
 _said: set[str] = set()  # what was logged once per process (a fallback's reason, a task's failed build)
 
 
@@ -147,13 +149,18 @@ def locate(config) -> tuple[Path, str, dict] | None:
     return folder, hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32], inputs
 
 
-async def _flock(fd: int, op: int) -> None:
-    """``flock`` polled without blocking, so a cancelled start leaves no thread waiting to take the lock."""
+async def _flock(fd: int, op: int, deadline: float, what: str) -> None:
+    """``flock`` polled without blocking, so a cancelled start leaves no thread waiting to take the lock; past
+    ``deadline`` (of ``time.monotonic``) a ``SandboxError`` names ``what`` was waited for."""
+    started = time.monotonic()
     while True:
         try:
             fcntl.flock(fd, op | fcntl.LOCK_NB)
             return
         except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise SandboxError(f"local sandbox: the start gave up after waiting {time.monotonic() - started:.0f} s "
+                                   f"for {what}") from None
             await asyncio.sleep(POLL_SEC)
 
 
@@ -161,9 +168,28 @@ def _task(config) -> str:
     return config.environment_dir.parent.name if config.environment_dir else "?"
 
 
+def wait_sec(config) -> float:
+    """How long a start waits for the build of its key by another start (or for the key's lock): that build's own
+    bounds (``build_timeout_sec`` per ``RUN`` and per ``ADD`` of an archive, the build sandbox's start and stop) and a
+    margin."""
+    try:
+        runs = sum(step.op in ("RUN", "ADD") for step in dockerfile.plan(
+            config.environment_dir / "Dockerfile", config.build_args, config.image_env, config.image_workdir,
+            config.image_user).steps)
+    except Exception:  # a Dockerfile the replay refuses: its build fails at once
+        runs = 1
+    return config.build_timeout_sec * max(runs, 1) + BUILD_MARGIN_SEC
+
+
 async def acquire(sandbox: Sandbox) -> Layer | None:
     """The layer of ``sandbox``'s build, built now if none is cached; None when the cache is off or not usable here
-    (the Dockerfile is then replayed as before; the reason is logged once). A failed build raises its error."""
+    (the Dockerfile is then replayed as before; the reason is logged once). A failed build raises its error; a build
+    of another start waited for past ``wait_sec`` raises ``SandboxError``.
+
+    Two locks per key: ``<key>.lock``, held shared from here until ``Layer.release`` (the sandbox's stop), which only
+    eviction takes exclusive; and ``<key>.build``, held exclusive by the one start that builds the key while the
+    others wait for it. (A start that waited to take ``<key>.lock`` exclusive waited forever once the builder's
+    sandbox, or any other mounting the layer, ran on.)"""
     cfg, logger = sandbox.config, sandbox.logger
     try:
         found = locate(cfg)
@@ -175,28 +201,43 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
         return None
     folder, key, inputs = found
     entry, since = folder / key, time.time()
+    deadline = time.monotonic() + wait_sec(cfg)
     fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        while True:
-            await _flock(fd, fcntl.LOCK_SH)
-            if (entry / "meta.json").is_file():
-                os.utime(entry / "used")
-                return Layer(entry / "layer", fd)
-            await _flock(fd, fcntl.LOCK_EX)  # (not atomic: another start may have built it meanwhile)
-            if (entry / "meta.json").is_file():
-                continue
-            _raise_recent_failure(folder, key, since)
-            if (folder / f"{key}.scratch").is_file():  # a build that leaves files where no layer keeps them
-                _say_once(logger, f"scratch {key}", (folder / f"{key}.scratch").read_text())
+        # shared: no eviction of the layer from now on (an eviction holds it exclusive only while it renames)
+        await _flock(fd, fcntl.LOCK_SH, deadline,
+                     f"the build cache's lock {folder / key}.lock (held exclusive by an eviction)")
+        if not (entry / "meta.json").is_file():
+            if not await _build_once(sandbox, folder, key, inputs, since, deadline):
                 os.close(fd)
                 return None
-            if not await _build(sandbox, folder, key, inputs):
-                os.close(fd)
-                return None
-            evict(folder, cfg.build_cache_mb, keep=key)
+        os.utime(entry / "used")
+        return Layer(entry / "layer", fd)
     except BaseException:
         os.close(fd)
         raise
+
+
+async def _build_once(sandbox: Sandbox, folder: Path, key: str, inputs: dict, since: float, deadline: float) -> bool:
+    """Build ``key`` unless another start has (waited for under ``<key>.build``, exclusive); whether its layer is
+    there now (False: the Dockerfile is to be replayed)."""
+    cfg, logger = sandbox.config, sandbox.logger
+    fd = os.open(folder / f"{key}.build", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        await _flock(fd, fcntl.LOCK_EX, deadline, f"the build of task {_task(cfg)} by another start (its lock "
+                     f"{folder / key}.build held exclusive)")
+        if (folder / key / "meta.json").is_file():
+            return True
+        _raise_recent_failure(folder, key, since)
+        if (folder / f"{key}.scratch").is_file():  # a build that leaves files where no layer keeps them
+            _say_once(logger, f"scratch {key}", (folder / f"{key}.scratch").read_text())
+            return False
+        if not await _build(sandbox, folder, key, inputs):
+            return False
+        evict(folder, cfg.build_cache_mb, keep=key)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _raise_recent_failure(folder: Path, key: str, since: float) -> None:
@@ -216,7 +257,7 @@ async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool
     """Replay the Dockerfile in a sandbox whose writable layer is a folder on disk, then make that the layer of
     ``key`` (renamed into place once complete). False where such a sandbox cannot start here."""
     cfg, logger = sandbox.config, sandbox.logger
-    for stale in folder.glob(f".build-{key}-*"):  # a build that was killed (this start holds the key's lock)
+    for stale in folder.glob(f".build-{key}-*"):  # a build that was killed (this start holds <key>.build)
         _rmtree(stale)
     tmp = folder / f".build-{key}-{uuid.uuid4().hex[:8]}"
     (tmp / "stage").mkdir(parents=True)

@@ -33,11 +33,11 @@ class SandboxConfig:
     None = no quota).
     ``workdir``: the default cwd (created at start); None = the Dockerfile's ``WORKDIR``, else the image's, else
     ``/app``. ``environment_dir``: the build context holding a ``Dockerfile`` that is replayed at start when
-    ``dockerfile`` is ``emulate`` (``RUN`` lines get ``build_timeout_sec`` each; its ``ARG`` values ``build_args``,
-    as ``docker build --build-arg``). ``image_env``, ``image_workdir``, ``image_user``: what the base image's config
-    sets (its ``Env``, ``WorkingDir``, ``User``), under the Dockerfile's ``ENV``, ``WORKDIR`` and ``USER``; the
-    final ``USER`` is whom ``exec`` runs as by default. ``hide``: host
-    paths covered by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
+    ``dockerfile`` is ``emulate`` (``RUN`` lines and ``ADD``'s archives get ``build_timeout_sec`` each; its ``ARG``
+    values ``build_args``, as ``docker build --build-arg``). ``image_env``, ``image_workdir``, ``image_user``: what
+    the base image's config sets (its ``Env``, ``WorkingDir``, ``User``), under the Dockerfile's ``ENV``,
+    ``WORKDIR`` and ``USER``; the final ``USER`` is whom ``exec`` runs as by default. ``hide``: host paths covered
+    by an empty read-only folder inside (``/``, ``/usr``, ``/etc``, ... are never hidden).
     Of the host the sandbox sees only ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc`` (password
     hashes and private keys removed) and the package databases of ``/var``; ``expose``: more host
     paths (absolute), visible read-only at the same path (e.g. ``/opt``). ``max_output_bytes``: of each

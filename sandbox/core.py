@@ -50,6 +50,7 @@ NET_ADDRESS, NET_GATEWAY, NET_DNS = "10.0.2.100", "10.0.2.2", "10.0.2.3"  # slir
 RESOLV_OFFLINE = "# the local sandbox: no network; this resolver answers no name and records the names asked\n" \
                  "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n"
 NETWORK_PACKAGES = {"pasta": "passt", "slirp4netns": "slirp4netns"}
+SETUP_TIMEOUT_SEC = 60  # a start's own commands in the sandbox (the workdir's mkdir)
 
 
 @dataclass
@@ -471,7 +472,10 @@ class Sandbox:
             await asyncio.sleep(0.05)
         err = b""
         if self._net_proc.returncode is not None:
-            err = await self._net_proc.stderr.read()
+            try:  # (a helper's child may hold the pipe)
+                err = await asyncio.wait_for(self._net_proc.stderr.read(), timeout=2)
+            except asyncio.TimeoutError:
+                pass
         lines = [ln for ln in err.decode(errors="replace").splitlines() if "syslog" not in ln]
         raise SandboxError(f"network={tool}: no default route in the sandbox after 20 s"
                            + (f": {' '.join(lines)[-500:]}" if lines else ""))
@@ -486,7 +490,12 @@ class Sandbox:
             if self._layer is None:  # else built once into the cached layer this sandbox mounts (sandbox/build_cache.py)
                 await dockerfile.replay(self, build, cfg.environment_dir, cfg.build_timeout_sec, self.logger)
         self.workdir = cfg.workdir or (build.workdir if build else cfg.image_workdir) or "/app"
-        res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root")
+        try:
+            res = await self.exec(f"mkdir -p {shlex.quote(self.workdir)}", cwd="/", user="root",
+                                  timeout_sec=SETUP_TIMEOUT_SEC)
+        except SandboxExecTimeoutError:
+            raise SandboxError(f"sandbox setup failed: mkdir -p {self.workdir} did not finish in "
+                               f"{SETUP_TIMEOUT_SEC} s") from None
         if res.return_code != 0:
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
         self._dockerfile_env = dict(build.env if build else cfg.image_env)

@@ -478,7 +478,7 @@ async def replay(sandbox: Sandbox, build: Build, context: Path, timeout_sec: flo
         elif step.op == "RUN":
             await _run(sandbox, step, where, timeout_sec, logger)
         elif step.op in ("COPY", "ADD"):
-            await _copy(sandbox, step, context, where)
+            await _copy(sandbox, step, context, where, timeout_sec)
     if build.user is not None:
         try:
             sandbox.exec_user(build.user)
@@ -520,7 +520,7 @@ async def _run(sandbox: Sandbox, step: Step, where: str, timeout_sec: float, log
         logger.warning(f"local sandbox: {where}: asked for {', '.join(names[:5])} (no network) but succeeded")
 
 
-async def _copy(sandbox: Sandbox, step: Step, context: Path, where: str) -> None:
+async def _copy(sandbox: Sandbox, step: Step, context: Path, where: str, timeout_sec: float) -> None:
     owner = _owner(sandbox, step.chown, where, step) if step.chown else None
     *srcs, dst = step.args
     inline = [s for s in srcs if s.lstrip("<-").strip("'\"") in step.heredocs and s.startswith("<<")]
@@ -536,7 +536,7 @@ async def _copy(sandbox: Sandbox, step: Step, context: Path, where: str) -> None
             if src.is_dir():
                 await sandbox.upload_dir(src, dst, owner=owner, mode=step.chmod)
             elif step.op == "ADD" and _is_archive(src):
-                await _extract(sandbox, src, dst, where)
+                await _extract(sandbox, src, dst, where, timeout_sec)
             else:
                 await sandbox.upload_file(src, target, owner=owner, mode=step.chmod)
 
@@ -548,14 +548,15 @@ def _is_archive(path: Path) -> bool:
     return head.startswith(ARCHIVE_MAGIC) or head[257:262] == b"ustar"
 
 
-async def _extract(sandbox: Sandbox, archive: Path, dst: str, where: str) -> None:
-    """ADD of a local archive: unpacked into ``dst`` by the sandbox's own tar, as its root (nothing on the host)."""
+async def _extract(sandbox: Sandbox, archive: Path, dst: str, where: str, timeout_sec: float) -> None:
+    """ADD of a local archive: unpacked into ``dst`` by the sandbox's own tar, as its root (nothing on the host), in
+    ``timeout_sec`` (a RUN's bound)."""
     await sandbox.make_dir(dst)
     inside = f"/tmp/.tr-add-{os.urandom(6).hex()}"
     await sandbox.upload_file(archive, inside)
     owners = " --no-same-owner" if sandbox.userns else ""  # only root is mapped there
     res = await sandbox.exec(f"tar -x -f {inside} -C {shlex.quote(dst)}{owners}; rc=$?; rm -f {inside}; exit $rc",
-                             cwd="/", user="root")
+                             cwd="/", user="root", timeout_sec=timeout_sec)
     if res.return_code != 0:
         raise EnvironmentBuildError(f"{where}: the sandbox's tar could not unpack {archive.name} (exit "
                                     f"{res.return_code}): {(res.stderr or res.stdout).strip()[-500:]}")

@@ -16,9 +16,13 @@ import shutil
 import struct
 import threading
 
+from sandbox.errors import SandboxError
+from sandbox.processes import killpg
+
 LOOP_CONTROL = "/dev/loop-control"
 LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A  # linux/loop.h; LOOP_CONFIGURE since Linux 5.8
 LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 4, 16
+MKFS_TIMEOUT_SEC = 120  # a sparse image, no journal, lazy inode tables: seconds even for many GiB on a loaded host
 MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1")
 MOUNT_OPTIONS = "noinit_itable"  # the sparse file reads as zeros: no inode tables to write in the background
 FS_IOC_SHUTDOWN, SHUTDOWN_NOLOGFLUSH = 0x8004587D, 2  # linux/fs.h (ext4's EXT4_IOC_SHUTDOWN): nothing flushed
@@ -79,14 +83,29 @@ def _attach(image_fd: int) -> Disk:
 
 
 async def make_disk(directory: str, size_mb: int) -> Disk:
-    """A loop device holding an empty ext4 of ``size_mb`` MiB, its sparse file unnamed in ``directory``."""
+    """A loop device holding an empty ext4 of ``size_mb`` MiB, its sparse file unnamed in ``directory``; ``OSError``
+    where mkfs fails, ``SandboxError`` where it runs past ``MKFS_TIMEOUT_SEC`` (killed)."""
     image = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         os.ftruncate(image, size_mb << 20)
         proc = await asyncio.create_subprocess_exec(
             *MKFS, f"/proc/self/fd/{image}", pass_fds=(image,), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await proc.communicate()
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), MKFS_TIMEOUT_SEC)
+        except BaseException as exc:  # past the bound, or the start cancelled: nothing of mkfs is left running
+            killpg(proc.pid)
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except asyncio.TimeoutError:
+                pass
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()  # its pipe now, not when the event loop is gone
+            if isinstance(exc, asyncio.TimeoutError):
+                raise SandboxError(f"local sandbox: {MKFS[0]} of the sandbox's disk ({size_mb} MiB in {directory}) "
+                                   f"did not finish in {MKFS_TIMEOUT_SEC} s") from None
+            raise
         if proc.returncode != 0:
             raise OSError(f"{MKFS[0]} failed (exit {proc.returncode}): {out.decode(errors='replace').strip()[-500:]}")
         return _attach(image)

@@ -129,6 +129,79 @@ def test_concurrent_starts_build_once(tmp_path):
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no build folder left
 
 
+def test_a_start_that_waited_for_a_build_mounts_it_while_the_builder_runs(tmp_path, monkeypatch):
+    """Starts of one key that found no layer wait for the one build, then mount it, though the builder's sandbox
+    (and every other that mounts the layer) keeps running: in a training step every episode's sandbox stays up
+    until the step's last one has started. (A waiter once waited to take the key's lock exclusive, which a running
+    sandbox holds shared: such a start never finished.) A third start holds the lock shared while two look for the
+    layer, so both wait for the build; the build is faked (no sandbox)."""
+    import asyncio
+    import fcntl
+
+    from sandbox import build_cache
+
+    env, cache = task(tmp_path), tmp_path / "cache"
+    cfg = config(env, cache)
+    folder, key, _ = build_cache.locate(cfg)
+    builds = []
+
+    async def fake_build(sandbox, folder, key, inputs):
+        builds.append(sandbox)
+        await asyncio.sleep(0.2)
+        (folder / key / "layer").mkdir(parents=True)
+        (folder / key / "used").touch()
+        (folder / key / "meta.json").write_text(json.dumps({"task": "task", "size_bytes": 1}))
+        return True
+
+    monkeypatch.setattr(build_cache, "_build", fake_build)
+    starts = [type("Start", (), {"config": cfg, "logger": logging.getLogger("test")})() for _ in range(2)]
+    third = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(third, fcntl.LOCK_SH)
+
+    async def main():
+        acquiring = asyncio.gather(*(build_cache.acquire(s) for s in starts))
+        await asyncio.sleep(0.3)  # both have looked for the layer, found none, and wait for the build
+        os.close(third)
+        return await asyncio.wait_for(acquiring, 20)
+
+    held = asyncio.run(main())
+    try:
+        assert len(builds) == 1 and [layer.path for layer in held] == [folder / key / "layer"] * 2
+        assert all(layer.lock_fd is not None for layer in held)  # both held (shared) until released: not evicted
+        assert build_cache.evict(cache, 0) == []
+    finally:
+        for layer in held:
+            layer.release()
+    assert build_cache.evict(cache, 0) == [key]
+
+
+def test_a_start_waits_for_another_build_within_a_bound(tmp_path, monkeypatch):
+    """A build of another start (here: its lock held by the test) waited for past ``wait_sec`` fails the start with a
+    SandboxError naming it, and leaves no lock held."""
+    import asyncio
+    import fcntl
+
+    from sandbox import SandboxError, build_cache
+
+    env, cache = task(tmp_path), tmp_path / "cache"
+    cfg = config(env, cache)
+    folder, key, _ = build_cache.locate(cfg)
+    assert build_cache.wait_sec(cfg) == cfg.build_timeout_sec + build_cache.BUILD_MARGIN_SEC  # one RUN
+    monkeypatch.setattr(build_cache, "wait_sec", lambda config: 0.5)
+    builder = os.open(folder / f"{key}.build", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(builder, fcntl.LOCK_EX)
+    try:
+        start = type("Start", (), {"config": cfg, "logger": logging.getLogger("test")})()
+        with pytest.raises(SandboxError, match=r"gave up after waiting \d+ s for the build of task task by another "
+                                               r"start \(its lock .*\.build held exclusive\)"):
+            asyncio.run(asyncio.wait_for(build_cache.acquire(start), 20))
+        probe = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CLOEXEC)
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the start let go of the layer's lock
+        os.close(probe)
+    finally:
+        os.close(builder)
+
+
 def test_a_build_that_leaves_files_in_tmp_is_replayed_not_cached(tmp_path, caplog):
     """Docker keeps a build's /tmp in the image; a start's /tmp is fresh, so such a build is replayed at every start
     (what the dockerfile tests' builds do), said once, and not built again for the cache."""

@@ -120,3 +120,19 @@ def test_many_quick_starts_and_stops_leave_nothing_behind(tmp_path):
         time.sleep(0.02)
     assert _host_state(tmp_path) == before
     assert not list(tmp_path.iterdir())
+
+
+def test_a_disks_mkfs_that_never_finishes_fails_the_start_within_its_bound(tmp_path, monkeypatch):
+    """mkfs of a disk-backed root is awaited at most ``MKFS_TIMEOUT_SEC``: then it is killed and the start fails with
+    a SandboxError naming it, not a start that waits forever (an mkfs standing in that only sleeps)."""
+    import asyncio
+
+    from sandbox import SandboxError, storage
+
+    monkeypatch.setattr(storage, "MKFS", ("sh", "-c", "sleep 31362", "mkfs.ext4"))
+    monkeypatch.setattr(storage, "MKFS_TIMEOUT_SEC", 0.5, raising=False)
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match=r"sh of the sandbox's disk \(64 MiB in .*\) did not finish in 0.5 s"):
+        asyncio.run(asyncio.wait_for(storage.make_disk(str(tmp_path), 64), 20))
+    assert time.monotonic() - started < 15
+    assert host_processes("sleep 31362") == [] and not list(tmp_path.iterdir())
