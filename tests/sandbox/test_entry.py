@@ -175,7 +175,9 @@ def test_a_command_that_signals_its_group_dies_of_it_whatever_the_host_ignores_o
     try:
         with BlockingSandbox(SandboxConfig(**SMALL, entry=way)) as sb:
             r = sb.exec("grep -E '^Sig(Blk|Ign)' /proc/self/status")
-            assert r.stdout == "SigBlk:\t0000000000000000\nSigIgn:\t0000000001001000\n", r
+            masks = dict(line.split(":\t") for line in r.stdout.splitlines())
+            # the standard signals (1-31); glibc's reserved real-time ones (32, 33) are the C library's own business
+            assert int(masks["SigBlk"], 16) & 0x7FFFFFFF == 0 and int(masks["SigIgn"], 16) & 0x7FFFFFFF == 0x1001000, r
             codes = [sb.exec(f"kill -{sig.name[3:]} 0").return_code for sig in forwarded for _ in range(8)]
             assert codes == [-sig for sig in forwarded for _ in range(8)], codes
             assert sb.exec("echo alive").stdout == "alive\n"
