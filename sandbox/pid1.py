@@ -151,12 +151,15 @@ class Root:
 
     def open(self, rel: str, flags: int = os.O_PATH, mode: int = 0) -> int:
         how = _OpenHow(flags | os.O_CLOEXEC, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
-        fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(self.fd), ctypes.c_char_p(rel.encode()),
-                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-        if fd < 0:
+        for _ in range(1000):  # EAGAIN: a rename or mount on the machine raced a `..` step (as sandbox/transfer.py)
+            fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(self.fd), ctypes.c_char_p(rel.encode()),
+                               ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+            if fd >= 0:
+                return fd
             e = ctypes.get_errno()
-            raise OSError(e, f"/{rel.strip('/')} in the sandbox's root: {os.strerror(e)}")
-        return fd
+            if e != errno.EAGAIN:
+                break
+        raise OSError(e, f"/{rel.strip('/')} in the sandbox's root: {os.strerror(e)}")
 
     def _parent(self, rel: str) -> tuple[int, str]:
         """(an fd of the folder holding ``rel``, made where missing; ``rel``'s last name)."""

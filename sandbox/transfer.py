@@ -24,6 +24,7 @@ MAX_DEPTH = 128  # folders deeper than this below a transferred folder are skipp
 _SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (the generic table)
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_IN_ROOT = 0x02, 0x10
 _CHUNK = 1 << 20
+_EAGAIN_TRIES = 1000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -32,13 +33,19 @@ class _OpenHow(ctypes.Structure):
 
 
 def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
+    """openat2(2), retried on EAGAIN: with RESOLVE_IN_ROOT the kernel answers that when any rename or mount on the
+    machine raced a ``..`` step (other sandboxes starting, a build renaming its layer into place), and asks the caller
+    to retry. Bounded: a sandbox renaming without pause can make it last, and then the path is not found here."""
     flags |= os.O_CLOEXEC if flags & os.O_PATH else os.O_CLOEXEC | os.O_NOCTTY  # openat2 takes no other with O_PATH
     how = _OpenHow(flags, 0, resolve)
-    fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
-    if fd < 0:
+    for _ in range(_EAGAIN_TRIES):
+        fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+        if fd >= 0:
+            return fd
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    return fd
+        if err != errno.EAGAIN:
+            break
+    raise OSError(err, os.strerror(err), path)
 
 
 def in_root(root: int, path: str, flags: int = os.O_PATH) -> int:

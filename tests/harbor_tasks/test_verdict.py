@@ -74,16 +74,17 @@ def eval_path(suite: Path, tmp_path: Path) -> dict[str, tuple]:
                 "--agent", "oracle", "--concurrency", "4"], timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     results = json.loads((checkpoint / "eval_results.json").read_text())
-    got = {}
+    got, details = {}, {}
     for trial in results["tasks"]:
         infra = trial["outcome"] == "infra_failure"
         # what the mean counts: a missing reward is 0, an infrastructure failure is left out (eval.metrics)
         got[trial["task"].split("/")[-1]] = (trial["outcome"], trial["infra_kind"],
                                              None if infra else metrics.reward_or_zero(trial["reward"]),
                                              tuple(trial["tamper"]))
+        details[trial["task"].split("/")[-1]] = trial["tamper"]
     assert results["metrics"]["n_infra_errors"] == sum(v[2] is None for v in got.values())
     assert results["metrics"]["n_tampered"] == sum(bool(v[3]) for v in got.values())
-    return got
+    return got, details
 
 
 def episode_path(suite: Path) -> dict[str, tuple]:
@@ -106,4 +107,5 @@ def test_the_eval_path_and_the_episode_path_reach_the_same_verdict(suite, tmp_pa
     expected = {name: case[2] for name, case in CASES.items()}
     episodes = episode_path(suite)
     assert episodes == expected
-    assert eval_path(suite, tmp_path) == expected
+    got, details = eval_path(suite, tmp_path)
+    assert got == expected, f"tamper evidence: {details}"

@@ -2,6 +2,7 @@
 planted where the harness reads resolve inside the sandbox, never to a host file; a FIFO or a device is not read; a
 gone PID 1 is refused; the processes listed are the sandbox's, each with its session and write counter."""
 
+import os
 import time
 from pathlib import Path
 
@@ -55,3 +56,33 @@ def test_a_stopped_sandbox_is_refused():
     with pytest.raises(SandboxError):
         sb.root()
     sb.close()
+
+
+def test_a_lookup_through_dotdot_holds_while_the_host_renames(tmp_path):
+    """openat2's RESOLVE_IN_ROOT answers EAGAIN when any rename or mount on the machine races a `..` step (other
+    sandboxes starting, a build renaming its layer into place): the tool look-ups of the tamper evidence saw a
+    symlinked tool (npx -> ../lib/...) vanish and called it shadowed. The look-up retries instead."""
+    import subprocess
+    import sys
+
+    from sandbox.transfer import in_root
+
+    root = tmp_path / "root"
+    (root / "usr" / "lib" / "tool").mkdir(parents=True)
+    (root / "usr" / "lib" / "tool" / "cli.js").write_text("x")
+    (root / "usr" / "bin").mkdir()
+    (root / "usr" / "bin" / "npx").symlink_to("../lib/tool/cli.js")
+    churn = tmp_path / "churn"
+    churn.mkdir()
+    renamer = subprocess.Popen([sys.executable, "-c", "import os, sys\nd = sys.argv[1]\nopen(f'{d}/a', 'w').close()\n"
+                                "while True:\n    os.rename(f'{d}/a', f'{d}/b'); os.rename(f'{d}/b', f'{d}/a')\n",
+                                str(churn)])
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:
+        time.sleep(0.2)
+        for _ in range(20000):
+            os.close(in_root(fd, "usr/bin/npx"))
+    finally:
+        os.close(fd)
+        renamer.kill()
+        renamer.wait()
