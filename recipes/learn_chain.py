@@ -36,7 +36,7 @@ from eval.run import evaluate  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
 from trainers.eval_callback import EvalArguments  # noqa: E402
-from trainers.learning_runs import build_pivots, curve  # noqa: E402
+from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -102,10 +102,8 @@ def main(argv=None) -> int:
                           "--start DIR")
     if args.steps < 2:
         raise ConfigError(f"--steps {args.steps}: at least 2 (the chain gives half to each stage)")
-    families = args.families.split(",") if args.families else list(FAMILIES)
-    if unknown := sorted(set(families) - set(FAMILIES)):
-        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
-    seeds = {"train": TRAIN_SEED + args.seed, "heldout": HELDOUT_SEED + args.seed, "trainer": TRAINER_SEED + args.seed}
+    families = checked_families(args.families, list(FAMILIES))
+    seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-chain")
     started = time.monotonic()

@@ -36,7 +36,7 @@ from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
-from trainers.learning_runs import build_pivots, curve  # noqa: E402
+from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -101,10 +101,8 @@ def main(argv=None) -> int:
     if not (REPO / start / "config.json").is_file() and not (Path(start) / "config.json").is_file():
         raise ConfigError(f"the start {start} is not a checkpoint folder (no config.json); run `make learn` first, "
                           "or pass --start DIR")
-    families = (args.families.split(",") if args.families else list(config.get("families") or FAMILIES))
-    if unknown := sorted(set(families) - set(FAMILIES)):
-        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
-    seeds = {"train": TRAIN_SEED + args.seed, "heldout": HELDOUT_SEED + args.seed, "trainer": TRAINER_SEED + args.seed}
+    families = checked_families(args.families, list(config.get("families") or FAMILIES))
+    seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-pivot")
     started = time.monotonic()

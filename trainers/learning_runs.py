@@ -1,4 +1,5 @@
-"""What the learning-run recipes (learn, learn_pivot, learn_chain) share: timed stages, decision points, curves.
+"""What the learning-run recipes (learn, learn_pivot, learn_chain) share: timed stages, families and seeds, decision
+points, curves.
 Runs in: the training venv, in those recipes' driver process (each stage is a subprocess or a library call).
 """
 
@@ -11,6 +12,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def checked_families(arg: str | None, default: list[str]) -> list[str]:
+    """`--families a,b,...` (else `default`), each a family harbor_tasks.generate knows; ConfigError naming the rest."""
+    from common.errors import ConfigError
+    from harbor_tasks.generate import FAMILIES
+
+    families = arg.split(",") if arg else list(default)
+    if unknown := sorted(set(families) - set(FAMILIES)):
+        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    return families
+
+
+def run_seeds(train: int, heldout: int, trainer: int, offset: int) -> dict[str, int]:
+    """`--seed N` moves the train tasks', the held-out tasks' and the trainer's seeds together."""
+    return {"train": train + offset, "heldout": heldout + offset, "trainer": trainer + offset}
 
 
 def stage(run: str, name: str, timings: dict):
