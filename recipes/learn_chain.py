@@ -58,7 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "stage (default: %(default)s)")
     parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
     parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
-    parser.add_argument("--families", help="comma-separated task families (default: all)")
+    parser.add_argument("--families", help="comma-separated task families (default: the agentic config's "
+                        "generate_families, those the start gets partly right; all where it names none)")
     parser.add_argument("--threshold", type=float, default=1.0, help="the decision points' keystroke similarity for "
                         "reward 1 (default: %(default)s, as make learn-pivot)")
     parser.add_argument("--out", help="the output folder (default: outputs/learn-chain, -seedN for --seed N)")
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
                           "--start DIR")
     if args.steps < 2:
         raise ConfigError(f"--steps {args.steps}: at least 2 (the chain gives half to each stage)")
-    families = checked_families(args.families, list(FAMILIES))
+    families = checked_families(args.families, yaml.safe_load(AGENTIC_CONFIG.read_text()).get("generate_families")
+                                or list(FAMILIES))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-chain")
