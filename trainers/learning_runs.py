@@ -1,5 +1,4 @@
-"""What the learning-run recipes (learn, learn_pivot, learn_chain) share: timed stages, families and seeds, decision
-points, curves.
+"""What the learning-run recipes (learn, learn_pivot, learn_chain) share: stages, families, seeds, pivots, curves.
 Runs in: the training venv, in those recipes' driver process (each stage is a subprocess or a library call).
 """
 
@@ -11,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from common.errors import ConfigError
+from harbor_tasks.generate import FAMILIES
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def checked_families(arg: str | None, default: list[str]) -> list[str]:
     """`--families a,b,...` (else `default`), each a family harbor_tasks.generate knows; ConfigError naming the rest."""
-    from common.errors import ConfigError
-    from harbor_tasks.generate import FAMILIES
-
     families = arg.split(",") if arg else list(default)
     if unknown := sorted(set(families) - set(FAMILIES)):
         raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
