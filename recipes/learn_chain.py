@@ -103,8 +103,8 @@ def main(argv=None) -> int:
                           "--start DIR")
     if args.steps < 2:
         raise ConfigError(f"--steps {args.steps}: at least 2 (the chain gives half to each stage)")
-    families = checked_families(args.families, yaml.safe_load(AGENTIC_CONFIG.read_text()).get("generate_families")
-                                or list(FAMILIES))
+    agentic = yaml.safe_load(AGENTIC_CONFIG.read_text())
+    families = checked_families(args.families, agentic.get("generate_families") or list(FAMILIES))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-chain")
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     step0.mkdir(parents=True)
     for path in {p for pattern in MODEL_FILES for p in Path(start).glob(pattern) if p.is_file()}:
         shutil.copy2(path, step0 / path.name)  # the model alone: the start's own eval results stay behind
-    eval_keys = {k: v for k, v in yaml.safe_load(AGENTIC_CONFIG.read_text()).items() if k.startswith("eval_")}
+    eval_keys = {k: v for k, v in agentic.items() if k.startswith("eval_")}
     eval_keys.update(eval_suites=[str(heldout)], eval_agent="terminus-2")
     eval_keys.pop("eval_on_start", None)
     evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
