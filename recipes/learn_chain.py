@@ -2,18 +2,19 @@
 
     make learn                    # the start: outputs/learn/checkpoint-304 (the Terminus-2 learning run)
     make learn-chain              # = python recipes/learn_chain.py; everything in outputs/learn-chain/
-    python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 40] [--train_tasks 160] [--heldout_tasks 30]
+    python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 30] [--train_tasks 160] [--heldout_tasks 30]
                                   [--families a,b,...] [-- --key value ...]   (GRPO keys for every arm)
 
 Four arms from one start, on the same train and held-out tasks, in one harness (Terminus-2): `sft` (the start, no
 GRPO), `pivot` (pivot GRPO on the scripted teacher's decision points, configs/grpo/pivot-learn.yaml), `agentic`
-(agentic GRPO, Terminus-2 episodes, configs/grpo/agentic-terminus-learn.yaml) and `pivot-agentic` (pivot for half
-the steps, then agentic from its model for the other half: the same total GRPO steps as the one-stage arms). Every
-arm is scored at step 0 (the start, once), at half its steps and at the end: Harbor's terminus-2, greedy, on the
-held-out tasks. `--seed N` moves train tasks (6+N), held-out tasks (1006+N) and the trainers' seed (42+N) together.
-Seed 0 writes outputs/learn-chain, seed N outputs/learn-chain-seedN, replaced on each run: tasks/, teacher/,
-pivots/, sft/checkpoint-0, pivot/, agentic/, pivot-agentic/{pivot,agentic}/, chain.png and learn_chain_summary.json
-(the table: held-out pass rate per arm and step). docs/agentic-grpo.md#the-chain-sft-pivot-agentic.
+(agentic GRPO, Terminus-2 episodes, configs/grpo/agentic-terminus-learn.yaml) and `pivot-agentic` (the pivot arm's
+save at half its steps, then agentic from it for the other half: the same total GRPO steps as the one-stage arms; the
+pivot half is not re-run, it is the pivot arm's own first half). Every arm is scored at step 0 (the start, once), at
+half its steps and at the end: Harbor's terminus-2, greedy, on the held-out tasks. `--seed N` moves train tasks
+(6+N), held-out tasks (1006+N) and the trainers' seed (42+N) together. Seed 0 writes outputs/learn-chain, seed N
+outputs/learn-chain-seedN, replaced on each run: tasks/, teacher/, pivots/, sft/checkpoint-0, pivot/, agentic/,
+pivot-agentic/agentic/, chain.png and learn_chain_summary.json (the table: held-out pass rate per arm and step).
+docs/agentic-grpo.md#the-chain-sft-pivot-agentic.
 """
 
 import argparse
@@ -54,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="moves train, held-out and trainer seeds together")
     parser.add_argument("--start", default="outputs/learn/checkpoint-304", help="the SFT model every arm starts "
                         "from (default: %(default)s, `make learn`'s first save: partly right, as for make learn-pivot)")
-    parser.add_argument("--steps", type=int, default=40, help="GRPO steps of each arm; the chain gives half to each "
+    parser.add_argument("--steps", type=int, default=30, help="GRPO steps of each arm; the chain gives half to each "
                         "stage (default: %(default)s)")
     parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
     parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
@@ -91,6 +92,16 @@ def arm_curve(dirs: list[tuple[Path, int]], suite: str) -> list[tuple[int, float
     for folder, offset in dirs:
         points += [(step + offset, score) for step, score in curve(collect([folder]), suite) if step > 0]
     return points
+
+
+def chain_table(out: Path, suite: str, half: int) -> dict[str, list[tuple[int, float | None]]]:
+    """Every arm's held-out pass rate by step, each from the start's score; the chain's points are the pivot arm's up
+    to `half` (its first stage), then its agentic stage's, placed after them."""
+    start = curve(collect([out / "sft"]), suite)
+    pivot = arm_curve([(out / "pivot", 0)], suite)
+    return {"sft": start, "pivot": start + pivot, "agentic": start + arm_curve([(out / "agentic", 0)], suite),
+            "pivot-agentic": start + [point for point in pivot if point[0] <= half]
+            + arm_curve([(out / "pivot-agentic" / "agentic", half)], suite)}
 
 
 @exit_on_user_error
@@ -139,18 +150,18 @@ def main(argv=None) -> int:
     half, trainer_seed = args.steps // 2, seeds["trainer"]
     pivot_data = ["--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", str(heldout)]
     agentic_data = ["--task_dirs", str(train), "--heldout_dir", str(heldout), "--eval_suites", str(heldout)]
+    # The chain's first stage is the pivot arm's first half: the same start, data, seed and constant schedule, saved
+    # at `half`; its agentic stage starts from that save rather than re-running the same pivot steps.
     stages = {
         "pivot": [("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot", args.steps, pivot_data)],
+        "pivot-agentic": [("recipes/grpo_agentic.py", AGENTIC_CONFIG, str(out / "pivot" / f"checkpoint-{half}"),
+                           out / "pivot-agentic" / "agentic", args.steps - half, agentic_data)],
         "agentic": [("recipes/grpo_agentic.py", AGENTIC_CONFIG, start, out / "agentic", args.steps, agentic_data)],
-        "pivot-agentic": [
-            ("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot-agentic" / "pivot", half, pivot_data),
-            ("recipes/grpo_agentic.py", AGENTIC_CONFIG, str(out / "pivot-agentic" / "pivot"),
-             out / "pivot-agentic" / "agentic", args.steps - half, agentic_data)],
     }
     commands = {}
     for arm, parts in stages.items():
-        done = stage(f"arm {arm}: " + " -> ".join(f"{Path(recipe).stem} {steps} steps"
-                                                   for recipe, _, _, _, steps, _ in parts), timings)
+        done = stage(f"arm {arm}: " + " -> ".join(f"{Path(recipe).stem} {steps} steps from {model}"
+                                                   for recipe, _, model, _, steps, _ in parts), timings)
         for recipe, config, model, folder, steps, data in parts:
             command = grpo_command(recipe, config, model, folder, steps, trainer_seed, args, *data)
             commands[f"{arm}/{folder.name}"] = " ".join(command)
@@ -160,12 +171,7 @@ def main(argv=None) -> int:
 
     done = stage("table and figure", timings)
     suite = str(heldout)
-    start_score = curve(collect([out / "sft"]), suite)
-    offsets = {"pivot": [(out / "pivot", 0)], "agentic": [(out / "agentic", 0)],
-               "pivot-agentic": [(out / "pivot-agentic" / "pivot", 0), (out / "pivot-agentic" / "agentic", half)]}
-    table = {"sft": start_score}
-    for arm, dirs in offsets.items():
-        table[arm] = start_score + arm_curve(dirs, suite)
+    table = chain_table(out, suite, half)
     rows = [{"run": arm, "suite": "held-out pass rate", "checkpoint": f"step-{step}", "step": step,
              "metrics": {"mean_reward": score}} for arm, points in table.items() for step, score in points]
     steps = sorted({step for points in table.values() for step, _ in points})

@@ -30,6 +30,20 @@ def test_the_chains_agentic_stage_follows_its_pivot_stage_on_the_step_axis(tmp_p
     assert curve == [(10, 0.4), (20, 0.5), (30, 0.6), (40, 0.7)]
 
 
+def test_the_chains_first_stage_is_the_pivot_arms_first_half(tmp_path):
+    results(tmp_path / "sft", 0, 0.3)
+    for step, score in ((10, 0.4), (20, 0.5)):
+        results(tmp_path / "pivot", step, score)
+    for step, score in ((10, 0.6), (20, 0.8)):
+        results(tmp_path / "agentic", step, score)
+    results(tmp_path / "pivot-agentic" / "agentic", 5, 0.7)
+    results(tmp_path / "pivot-agentic" / "agentic", 10, 0.9)
+    table = learn_chain.chain_table(tmp_path, "held", 10)
+    assert table["sft"] == [(0, 0.3)] and table["pivot"] == [(0, 0.3), (10, 0.4), (20, 0.5)]
+    assert table["agentic"] == [(0, 0.3), (10, 0.6), (20, 0.8)]
+    assert table["pivot-agentic"] == [(0, 0.3), (10, 0.4), (15, 0.7), (20, 0.9)]
+
+
 @pytest.mark.parametrize("recipe, config", [("recipes/grpo.py", learn_chain.PIVOT_CONFIG),
                                             ("recipes/grpo_agentic.py", learn_chain.AGENTIC_CONFIG)])
 def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, config):
