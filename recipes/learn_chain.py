@@ -55,8 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="moves train, held-out and trainer seeds together")
     parser.add_argument("--start", default="outputs/learn/checkpoint-304", help="the SFT model every arm starts "
                         "from (default: %(default)s, `make learn`'s first save: partly right, as for make learn-pivot)")
-    parser.add_argument("--steps", type=int, default=30, help="GRPO steps of each arm; the chain gives half to each "
-                        "stage (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=30, help="GRPO steps of each arm; the chain gives half (rounded "
+                        "up) to its pivot stage, the rest to its agentic stage (default: %(default)s)")
     parser.add_argument("--train_tasks", type=int, default=160, help="train tasks (default: %(default)s)")
     parser.add_argument("--heldout_tasks", type=int, default=30, help="held-out tasks (default: %(default)s)")
     parser.add_argument("--families", help="comma-separated task families (default: the agentic config's "
@@ -70,12 +70,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def half_of(steps: int) -> int:
+    """Where a stage of `steps` steps saves first, and the chain's first stage ends: half, rounded up, so that an odd
+    count saves once before its end (15 steps: 8 and 15; rounded down it saved at 7, 14 and 15)."""
+    return (steps + 1) // 2
+
+
 def grpo_command(recipe: str, config: Path, start: str, out: Path, steps: int, seed: int, args, *extra) -> list:
     """One GRPO stage: `steps` steps from `start` into `out`, saved (and scored) at half its steps and at the end."""
     return [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
             recipe, "--config", str(config), "--model_name_or_path", start, "--output_dir", str(out),
             "--run_name", f"{out.parent.name}-{out.name}", "--seed", str(seed), "--max_steps", str(steps),
-            "--save_steps", str(max(1, steps // 2)), "--eval_on_start", "false", *extra, *args.grpo_args]
+            "--save_steps", str(half_of(steps)), "--eval_on_start", "false", *extra, *args.grpo_args]
 
 
 def run_stage_command(command: list, log: Path) -> None:
@@ -147,26 +153,24 @@ def main(argv=None) -> int:
     evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
     done()
 
-    half, trainer_seed = args.steps // 2, seeds["trainer"]
+    half, trainer_seed = half_of(args.steps), seeds["trainer"]
     pivot_data = ["--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", str(heldout)]
     agentic_data = ["--task_dirs", str(train), "--heldout_dir", str(heldout), "--eval_suites", str(heldout)]
     # The chain's first stage is the pivot arm's first half: the same start, data, seed and constant schedule, saved
     # at `half`; its agentic stage starts from that save rather than re-running the same pivot steps.
-    stages = {
-        "pivot": [("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot", args.steps, pivot_data)],
-        "pivot-agentic": [("recipes/grpo_agentic.py", AGENTIC_CONFIG, str(out / "pivot" / f"checkpoint-{half}"),
-                           out / "pivot-agentic" / "agentic", args.steps - half, agentic_data)],
-        "agentic": [("recipes/grpo_agentic.py", AGENTIC_CONFIG, start, out / "agentic", args.steps, agentic_data)],
+    arms = {  # arm: (recipe, config, start, output folder, steps, data)
+        "pivot": ("recipes/grpo.py", PIVOT_CONFIG, start, out / "pivot", args.steps, pivot_data),
+        "pivot-agentic": ("recipes/grpo_agentic.py", AGENTIC_CONFIG, str(out / "pivot" / f"checkpoint-{half}"),
+                          out / "pivot-agentic" / "agentic", args.steps - half, agentic_data),
+        "agentic": ("recipes/grpo_agentic.py", AGENTIC_CONFIG, start, out / "agentic", args.steps, agentic_data),
     }
     commands = {}
-    for arm, parts in stages.items():
-        done = stage(f"arm {arm}: " + " -> ".join(f"{Path(recipe).stem} {steps} steps from {model}"
-                                                   for recipe, _, model, _, steps, _ in parts), timings)
-        for recipe, config, model, folder, steps, data in parts:
-            command = grpo_command(recipe, config, model, folder, steps, trainer_seed, args, *data)
-            commands[f"{arm}/{folder.name}"] = " ".join(command)
-            folder.mkdir(parents=True, exist_ok=True)
-            run_stage_command(command, folder.parent / f"{folder.name}.log")
+    for arm, (recipe, config, model, folder, steps, data) in arms.items():
+        done = stage(f"arm {arm}: {Path(recipe).stem} {steps} steps from {model}", timings)
+        command = grpo_command(recipe, config, model, folder, steps, trainer_seed, args, *data)
+        commands[f"{arm}/{folder.name}"] = " ".join(command)
+        folder.mkdir(parents=True, exist_ok=True)
+        run_stage_command(command, folder.parent / f"{folder.name}.log")
         done()
 
     done = stage("table and figure", timings)
@@ -184,8 +188,7 @@ def main(argv=None) -> int:
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
         "teacher": {"trials": teacher["metrics"].get("n_trials"), "solved": teacher["metrics"].get("mean_reward")},
         "pivots": pivots.get("rows"), "heldout_pass_rate": table,
-        "grpo": {arm: {folder.name: _grpo_summary(folder) for _, _, _, folder, _, _ in parts}
-                 for arm, parts in stages.items()},
+        "grpo": {arm: {folder.name: _grpo_summary(folder)} for arm, (_, _, _, folder, _, _) in arms.items()},
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
         "commands": {"this": " ".join(["python recipes/learn_chain.py", *(argv if argv is not None else sys.argv[1:])]),
                      **commands},

@@ -5,6 +5,7 @@ minutes of GRPO per arm: its measured runs are in docs/agentic-grpo.md, with the
 import json
 import subprocess
 import sys
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -42,6 +43,25 @@ def test_the_chains_first_stage_is_the_pivot_arms_first_half(tmp_path):
     assert table["sft"] == [(0, 0.3)] and table["pivot"] == [(0, 0.3), (10, 0.4), (20, 0.5)]
     assert table["agentic"] == [(0, 0.3), (10, 0.6), (20, 0.8)]
     assert table["pivot-agentic"] == [(0, 0.3), (10, 0.4), (15, 0.7), (20, 0.9)]
+
+
+def saves(command: list) -> list[int]:
+    """The steps a stage saves (and is scored) at: every `save_steps` and at its last step, as Transformers saves."""
+    steps, every = (int(command[command.index(key) + 1]) for key in ("--max_steps", "--save_steps"))
+    return sorted(set(range(every, steps + 1, every)) | {steps})
+
+
+@pytest.mark.parametrize("steps", [2, 3, 15, 30, 31, 40])
+def test_every_stage_saves_once_halfway_and_at_its_end_and_the_chain_starts_from_a_save(tmp_path, steps):
+    """An odd stage saved at 7, 14 and 15 before (15 // 2): one eval too many, off the other arms' steps."""
+    args = SimpleNamespace(accelerate_config="configs/accelerate/cpu.yaml", grpo_args=[])
+    half = learn_chain.half_of(steps)
+    stage = partial(learn_chain.grpo_command, "recipes/grpo.py", learn_chain.PIVOT_CONFIG, "start", tmp_path, seed=42,
+                    args=args)
+    pivot, chain_agentic = saves(stage(steps=steps)), saves(stage(steps=steps - half))
+    assert half in pivot  # the chain's agentic stage starts from the pivot arm's checkpoint-<half>
+    assert len(pivot) == 2 and pivot[-1] == steps
+    assert len(chain_agentic) == min(2, steps - half) and chain_agentic[-1] == steps - half
 
 
 @pytest.mark.parametrize("recipe, config", [("recipes/grpo.py", learn_chain.PIVOT_CONFIG),
