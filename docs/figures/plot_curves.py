@@ -1,6 +1,6 @@
 """Plot the learning curves on page one from the measured numbers in curves.json.
 
-    python docs/figures/plot_curves.py            # writes docs/figures/learn.png, grpo-agentic.png and grpo-pivot.png
+    python docs/figures/plot_curves.py            # writes docs/figures/learn.png, grpo-agentic.png, grpo-pivot.png and learn-chain.png
 
 The numbers are the held-out pass rates of the runs docs/learn.md, docs/agentic-grpo.md and docs/grpo.md report; each curve in
 curves.json carries the command that produced it and the date it was measured. Nothing is run here.
