@@ -21,15 +21,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sandbox import dockerfile
+from sandbox.config import SandboxConfig
 from sandbox.errors import EnvironmentBuildError, NetworkNeededError, SandboxError, SandboxExecTimeoutError
 from sandbox.images import default_cache_dir
+from sandbox.inside import Root
 from sandbox.pid1 import ALLOWED_TOP, VAR_ALLOWED
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 HERE = Path(__file__).parent
 # the code whose change can change a build's result: the replay, the transfers it copies with, the root it builds in
@@ -48,6 +47,23 @@ _said: set[str] = set()  # what was logged once per process (a fallback's reason
 def default_dir() -> Path:
     """$XDG_CACHE_HOME (else ~/.cache)/terminal-recipes/build-cache."""
     return default_cache_dir().with_name("build-cache")
+
+
+class Starting(Protocol):
+    """The sandbox whose start asks for a layer, and (of its type) the build sandbox that makes one: sandbox/core.py's
+    ``Sandbox``, which runs above this module (what builds a layer sits below what runs in it). A build sandbox keeps
+    its writable layer in ``_pid1_layers["stage_dir"]``; ``_prepare`` replays the Dockerfile into it."""
+
+    config: SandboxConfig
+    logger: logging.Logger
+    _pid1_layers: dict[str, str]
+    _dockerfile_env: dict[str, str]
+
+    def __init__(self, config: SandboxConfig, logger: logging.Logger) -> None: ...
+    async def _launch(self) -> None: ...
+    async def _prepare(self) -> None: ...
+    async def stop(self) -> None: ...
+    def root(self) -> Root: ...
 
 
 @dataclass
@@ -181,7 +197,7 @@ def wait_sec(config) -> float:
     return config.build_timeout_sec * max(runs, 1) + BUILD_MARGIN_SEC
 
 
-async def acquire(sandbox: Sandbox) -> Layer | None:
+async def acquire(sandbox: Starting) -> Layer | None:
     """The layer of ``sandbox``'s build, built now if none is cached; None when the cache is off or not usable here
     (the Dockerfile is then replayed as before; the reason is logged once). A failed build raises its error; a build
     of another start waited for past ``wait_sec`` raises ``SandboxError``.
@@ -218,7 +234,7 @@ async def acquire(sandbox: Sandbox) -> Layer | None:
         raise
 
 
-async def _build_once(sandbox: Sandbox, folder: Path, key: str, inputs: dict, since: float, deadline: float) -> bool:
+async def _build_once(sandbox: Starting, folder: Path, key: str, inputs: dict, since: float, deadline: float) -> bool:
     """Build ``key`` unless another start has (waited for under ``<key>.build``, exclusive); whether its layer is
     there now (False: the Dockerfile is to be replayed)."""
     cfg, logger = sandbox.config, sandbox.logger
@@ -253,7 +269,7 @@ def _raise_recent_failure(folder: Path, key: str, since: float) -> None:
         raise cls(failed["message"])
 
 
-async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool:
+async def _build(sandbox: Starting, folder: Path, key: str, inputs: dict) -> bool:
     """Replay the Dockerfile in a sandbox whose writable layer is a folder on disk, then make that the layer of
     ``key`` (renamed into place once complete). False where such a sandbox cannot start here."""
     cfg, logger = sandbox.config, sandbox.logger
@@ -306,7 +322,7 @@ async def _build(sandbox: Sandbox, folder: Path, key: str, inputs: dict) -> bool
             _rmtree(tmp)
 
 
-async def _scratch_left(builder: Sandbox) -> list[str]:
+async def _scratch_left(builder: Starting) -> list[str]:
     """What a build left in the scratch folders (tmpfs mounts of their own, outside the layer), a few names; read
     by the host beneath the sandbox's root (nothing run: an image may have no ``find``)."""
     with builder.root() as root:

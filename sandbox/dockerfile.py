@@ -22,13 +22,10 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sandbox.errors import NETWORK_FIX, EnvironmentBuildError, NetworkNeededError, SandboxError
 from sandbox.transfer import in_root, read_regular_file
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 DEFAULT_SHELL = ("/bin/sh", "-c")
 PLANNED = frozenset(("FROM", "ARG", "ENV", "RUN", "COPY", "ADD", "WORKDIR", "USER", "SHELL"))
@@ -464,7 +461,27 @@ def base_image(path: Path, build_args: dict[str, str] | None = None) -> str | No
 
 
 # ---------------------------------------------------------------------------------------------------------- replay
-async def replay(sandbox: Sandbox, build: Build, context: Path, timeout_sec: float, logger: logging.Logger) -> None:
+class ReplayTarget(Protocol):
+    """What the replay asks of the running sandbox it builds in (sandbox/core.py's ``Sandbox``, which runs above
+    this module: what builds a layer sits below what runs in it)."""
+
+    userns: bool
+    userland: str
+
+    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+                   timeout_sec: float | None = None, user: str | int | None = None): ...
+    async def upload_file(self, source_path: Path, target_path: str, owner: tuple[int, int] | None = None,
+                          mode: int | None = None) -> None: ...
+    async def upload_dir(self, source_dir: Path, target_dir: str, owner: tuple[int, int] | None = None,
+                         mode: int | None = None) -> None: ...
+    async def make_dir(self, path: str, owner: tuple[int, int] | None = None) -> None: ...
+    def owner(self, spec: str | None) -> tuple[int, int] | None: ...
+    def exec_user(self, user: str | int | None = None): ...
+    def network_mark(self) -> int: ...
+    def names_asked(self, since: int = 0) -> list[str]: ...
+
+
+async def replay(sandbox: ReplayTarget, build: Build, context: Path, timeout_sec: float, logger: logging.Logger) -> None:
     """Run ``build``'s steps in ``sandbox`` (build context ``context``); what it does not obey is logged."""
     for item in build.not_obeyed:
         logger.warning(f"local sandbox: not obeyed: {context}/{item}")
@@ -491,7 +508,7 @@ def _as_user(step: Step) -> str:
     return f"USER {step.user} (line {step.user_line})" if step.user_line else f"the image's user {step.user}"
 
 
-def _owner(sandbox: Sandbox, spec: str | None, where: str, step: Step) -> tuple[int, int] | None:
+def _owner(sandbox: ReplayTarget, spec: str | None, where: str, step: Step) -> tuple[int, int] | None:
     try:
         return sandbox.owner(spec)
     except SandboxError as err:
@@ -499,7 +516,7 @@ def _owner(sandbox: Sandbox, spec: str | None, where: str, step: Step) -> tuple[
         raise EnvironmentBuildError(f"{where}: {whose}: {err}: {USER_FIX}") from None
 
 
-async def _run(sandbox: Sandbox, step: Step, where: str, timeout_sec: float, logger: logging.Logger) -> None:
+async def _run(sandbox: ReplayTarget, step: Step, where: str, timeout_sec: float, logger: logging.Logger) -> None:
     try:
         sandbox.exec_user(step.user or "root")
     except SandboxError as err:
@@ -520,7 +537,7 @@ async def _run(sandbox: Sandbox, step: Step, where: str, timeout_sec: float, log
         logger.warning(f"local sandbox: {where}: asked for {', '.join(names[:5])} (no network) but succeeded")
 
 
-async def _copy(sandbox: Sandbox, step: Step, context: Path, where: str, timeout_sec: float) -> None:
+async def _copy(sandbox: ReplayTarget, step: Step, context: Path, where: str, timeout_sec: float) -> None:
     owner = _owner(sandbox, step.chown, where, step) if step.chown else None
     *srcs, dst = step.args
     inline = [s for s in srcs if s.lstrip("<-").strip("'\"") in step.heredocs and s.startswith("<<")]
@@ -548,7 +565,7 @@ def _is_archive(path: Path) -> bool:
     return head.startswith(ARCHIVE_MAGIC) or head[257:262] == b"ustar"
 
 
-async def _extract(sandbox: Sandbox, archive: Path, dst: str, where: str, timeout_sec: float) -> None:
+async def _extract(sandbox: ReplayTarget, archive: Path, dst: str, where: str, timeout_sec: float) -> None:
     """ADD of a local archive: unpacked into ``dst`` by the sandbox's own tar, as its root (nothing on the host), in
     ``timeout_sec`` (a RUN's bound)."""
     await sandbox.make_dir(dst)

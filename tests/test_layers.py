@@ -1,7 +1,8 @@
 """The packages sit in layers and imports flow down (docs/development.md "Layout"): every import of the repo's own
-code, at module level or inside a function, goes to a lower layer or stays in its package; an import inside a
-function is for code that pulls in a third-party library a light path should not pay for, never to dodge a cycle;
-the bottom layers are standard library only. Read from the source (ast), nothing imported."""
+code, at module level or inside a function, goes to a lower layer or stays in its package; no modules import each
+other in a cycle, within a package or type-only either; an import inside a function is for code that pulls in a
+third-party library a light path should not pay for, never to dodge a cycle; the bottom layers are standard library
+only. Read from the source (ast), nothing imported."""
 
 from __future__ import annotations
 
@@ -58,6 +59,16 @@ def _resolve(name: str) -> str | None:
     return None
 
 
+def _absolute(module: str, level: int, name: str | None) -> str:
+    """The absolute name a `from` import names: `from .x import y` in a.b.c is a.b.x (level 0: the name itself)."""
+    if not level:
+        return name or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    parts = package.split(".")
+    base = ".".join(parts[:len(parts) - (level - 1)])
+    return f"{base}.{name}" if name else base
+
+
 @lru_cache(maxsize=None)
 def _imports(module: str) -> tuple[tuple[str, int, bool], ...]:
     """(imported name, line, inside a function) for every import of a module."""
@@ -69,11 +80,12 @@ def _imports(module: str) -> tuple[tuple[str, int, bool], ...]:
             inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 found.extend((alias.name, child.lineno, in_function) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+            elif isinstance(child, ast.ImportFrom):
+                base = _absolute(module, child.level, child.module)
                 # `from pkg import mod` names a module when pkg.mod is one
                 for alias in child.names:
-                    dotted = f"{child.module}.{alias.name}"
-                    found.append((dotted if dotted in MODULES else child.module, child.lineno, in_function))
+                    dotted = f"{base}.{alias.name}" if base else alias.name
+                    found.append((dotted if dotted in MODULES or not base else base, child.lineno, in_function))
             visit(child, inner)
 
     visit(tree, False)
@@ -133,6 +145,59 @@ def test_imports_flow_down_the_layers():
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
+def _cycles() -> list[list[str]]:
+    """The import cycles among the repo's modules, each a strongly connected set of two or more (Tarjan's): every
+    import counts, at module level, under `if TYPE_CHECKING:` or inside a function, within a package too. A module's
+    import of its package's `__init__` is Python's doing, not an edge."""
+    graph = {m: sorted({t for name, _, _ in _imports(m) if (t := _resolve(name)) and t != m}) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:  # iterative, so a long chain of imports does not meet the recursion limit
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            step = next(targets, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    work.append((step, iter(graph[step])))
+                elif step in stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    member = stack.pop()
+                    members.append(member)
+                    if member == node:
+                        break
+                if len(members) > 1:
+                    found.append(sorted(members))
+    return found
+
+
+def test_no_import_cycle_among_the_repos_modules():
+    """Modules of one package too import in one direction: no two modules reach each other through imports of any
+    kind (a type-only import under `if TYPE_CHECKING:` still ties the two files into one unit to read and change)."""
+    wrong = []
+    for members in _cycles():
+        edges = [f"  {_shown(MODULES[m])}:{line}: imports {t}" for m in members for name, line, _ in _imports(m)
+                 if (t := _resolve(name)) in members and t != m]
+        wrong.append(f"{' <-> '.join(members)}:\n" + "\n".join(dict.fromkeys(edges)))
+    assert not wrong, "import cycles (give the modules an order; a Protocol names what a lower one calls):\n" + \
+        "\n".join(wrong)
+
+
 def test_no_function_level_import_of_our_own_code_dodges_a_cycle():
     """Below the top layer, an import of our own code inside a function must be of a module that pulls in a
     third-party library at import (the only reason to defer it), and must not be one whose import would import the
@@ -169,12 +234,17 @@ def test_the_layer_table_names_every_package():
 
 
 def test_the_checks_catch_what_they_are_for(tmp_path, monkeypatch):
-    """The two rules fail on a made-up upward import and on a lazy import that hides a cycle."""
+    """The rules fail on a made-up upward import, on a lazy import that hides a cycle, and on a cycle inside a
+    package made of a type-only import and a relative one."""
     fake = {"common.low": tmp_path / "low.py", "common.other": tmp_path / "other.py",
-            "trainers.top": tmp_path / "top.py"}
+            "trainers.top": tmp_path / "top.py", "sandbox.fake_a": tmp_path / "fake_a.py",
+            "sandbox.fake_b": tmp_path / "fake_b.py"}
     fake["common.low"].write_text("from trainers.top import thing\n\ndef f():\n    from common.other import x\n")
     fake["common.other"].write_text("import common.low\n")
     fake["trainers.top"].write_text("thing = 1\n")
+    fake["sandbox.fake_a"].write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from sandbox.fake_b import B\n")
+    fake["sandbox.fake_b"].write_text("from .fake_a import A\n")
     monkeypatch.setattr(sys.modules[__name__], "MODULES", {**MODULES, **fake})
     _imports.cache_clear()
     _loads_at_import.cache_clear()
@@ -183,6 +253,9 @@ def test_the_checks_catch_what_they_are_for(tmp_path, monkeypatch):
             test_imports_flow_down_the_layers()
         with pytest.raises(AssertionError, match="a cycle"):
             test_no_function_level_import_of_our_own_code_dodges_a_cycle()
+        with pytest.raises(AssertionError, match=r"sandbox\.fake_a <-> sandbox\.fake_b:\n.*fake_a\.py:3: imports "
+                           r"sandbox\.fake_b\n.*fake_b\.py:1: imports sandbox\.fake_a"):
+            test_no_import_cycle_among_the_repos_modules()
     finally:
         _imports.cache_clear()
         _loads_at_import.cache_clear()
