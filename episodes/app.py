@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 
 from common.asgi import Guard, JSONOut, error, parse_body
 from common.errors import RequestError
+from common.harnesses import BASH_TOOL_HARNESS
 from episodes import BASH, CLOSE_SESSION, HEALTH, KEEPALIVE, SEED_SESSION, TERMINUS_FIRST, TERMINUS_STEP, VERIFY
 from episodes.local import WALL_GRACE_SEC
 from episodes.sessions import AtCapacity, EpisodeSessions, LimitCaps
@@ -148,7 +149,7 @@ def create_app(config: EpisodeServerConfig) -> FastAPI:
         body, problem = await read(request, "task_id")
         if problem is not None:
             return problem
-        limits, digest, harness = body.get("limits"), body.get("task_digest"), body.get("harness", "bash-tool")
+        limits, digest, harness = body.get("limits"), body.get("task_digest"), body.get("harness", BASH_TOOL_HARNESS)
         if limits is not None and not isinstance(limits, dict):
             return error(422, "limits: must be an object of EpisodeLimits fields")
         if digest is not None and not isinstance(digest, str):

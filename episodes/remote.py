@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from common.errors import ConfigError
+from common.harnesses import BASH_TOOL_HARNESS, TERMINUS_2_HARNESS
 from common.terminus_2 import first_message, shown_instruction
 from episodes import BASH, CLOSE_SESSION, KEEPALIVE, SEED_SESSION, TERMINUS_FIRST, TERMINUS_STEP, TOKEN_ENV, VERIFY
 from episodes.local import NOT_RUNNING, SANDBOX_FAILED, EpisodeLimits, EpisodeStats, TaskEnvironment
@@ -67,7 +68,7 @@ class EpisodeServers:
             return self._client
 
     # --- calls ----------------------------------------------------------------------------------------------
-    def seed(self, task: str, digest: str, limits: EpisodeLimits, harness: str = "bash-tool") -> tuple[str, dict]:
+    def seed(self, task: str, digest: str, limits: EpisodeLimits, harness: str = BASH_TOOL_HARNESS) -> tuple[str, dict]:
         """Open a session of `task` in `harness` on the first server that takes it: (url, the server's answer).
         Raises EpisodeServerError when none did within start_timeout, ConfigError when a server refused the request
         or opened a session of another harness (a server older than the harness)."""
@@ -106,7 +107,7 @@ class EpisodeServers:
         """The seed's answer, once it says the session runs `harness` (a server that predates Terminus-2 sessions
         ignores the field and opens a bash-tool one: closed, and the run stops saying so)."""
         session = answer.get("resources_session_id")
-        if session is None or answer.get("harness", "bash-tool") == harness:
+        if session is None or answer.get("harness", BASH_TOOL_HARNESS) == harness:
             return answer
         try:
             self.client.post(f"{url}{CLOSE_SESSION}", json={"resources_session_id": session},
@@ -202,7 +203,7 @@ class RemoteEpisode:
     makes every other public method of an environment a tool), the verdict over /verify, the failure kinds, the
     close. The local counterpart is episodes.local.SandboxEpisode."""
 
-    _harness = "bash-tool"  # the session's harness (episodes.HARNESSES), sent with the seed
+    _harness = BASH_TOOL_HARNESS  # the session's harness (common/harnesses.py), sent with the seed
 
     def __init__(self, servers: EpisodeServers, limits: EpisodeLimits | None = None,
                  stats: EpisodeStats | None = None):
@@ -324,7 +325,7 @@ class RemoteTerminusEnvironment(RemoteEpisode):
     `episode_reward(env)`. The same turns as TerminusEnvironment's, typed on the server. No public method but
     reset: no tools."""
 
-    _harness = "terminus-2"
+    _harness = TERMINUS_2_HARNESS
 
     def _first_message(self) -> str:
         if self._session is None:  # no sandbox: the message TerminusEnvironment sends then

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common.errors import RequestError
 from common.stats import percentile
-from episodes import HARNESS_CALLS, HARNESSES
+from common.harnesses import BASH_TOOL_HARNESS, HARNESSES, TERMINUS_2_HARNESS, UnknownHarness, harness_named
 from episodes.local import (
     WALL_GRACE_SEC,
     EpisodeLimits,
@@ -78,7 +78,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     answer: dict | None = None    # the /verify answer, once verified
     ended: str | None = None      # "verified", "closed", "expired", "past_deadline", "shutdown"
-    harness: str = "bash-tool"    # HARNESSES: which calls act in it (HARNESS_CALLS)
+    harness: str = BASH_TOOL_HARNESS      # common/harnesses.py: which calls act in it (its episode_calls)
     first_message: str | None = None  # a Terminus-2 session's first message, once asked for (asked again: the same)
 
 
@@ -98,12 +98,14 @@ class EpisodeSessions:
 
     # --- the episode ------------------------------------------------------------------------------------------
     def seed(self, task_id: str, limits: dict | None = None, digest: str | None = None,
-             harness: str = "bash-tool") -> dict:
+             harness: str = BASH_TOOL_HARNESS) -> dict:
         """Start an episode of the task named `task_id` under the task roots, in `harness` (HARNESSES). RequestError:
         unknown task (404), a copy that differs from the trainer's (409), bad limits or limits over the caps or an
         unknown harness (422); AtCapacity when every slot is taken."""
-        if harness not in HARNESSES:
-            raise RequestError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}", 422, "harness")
+        try:
+            harness_named(harness)
+        except UnknownHarness as err:
+            raise RequestError(str(err), 422, "harness") from None
         task = self.find_task(task_id)
         if digest is not None and digest != TaskFolder.of(task).digest:
             raise RequestError(f"task_id {task_id!r}: this server's copy ({task}) differs from the trainer's "
@@ -121,7 +123,7 @@ class EpisodeSessions:
             self._starting += 1
         try:
             stats = EpisodeStats()
-            env = (TerminusEnvironment if harness == "terminus-2" else TaskEnvironment)(episode_limits, stats)
+            env = (TerminusEnvironment if harness == TERMINUS_2_HARNESS else TaskEnvironment)(episode_limits, stats)
             env.reset(task_dir=str(task))
         finally:
             with self._lock:
@@ -145,13 +147,13 @@ class EpisodeSessions:
                 "start_seconds": round(stats.start_seconds[-1], 4) if stats.start_seconds else None}
 
     def bash(self, session_id: str, command: str) -> dict:
-        with self._use(session_id, "bash-tool") as session:
+        with self._use(session_id, BASH_TOOL_HARNESS) as session:
             output = session.env.bash(command)
         return {"output": output}
 
     def terminus_first(self, session_id: str) -> dict:
         """A Terminus-2 session's first user message (tmux started); asked again, the same message (idempotent)."""
-        with self._use(session_id, "terminus-2") as session:
+        with self._use(session_id, TERMINUS_2_HARNESS) as session:
             if session.first_message is None:
                 session.first_message = terminus_first_message(session.env)
             message = session.first_message
@@ -159,7 +161,7 @@ class EpisodeSessions:
 
     def terminus_step(self, session_id: str, response: str) -> dict:
         """One Terminus-2 turn: the policy's response read and its keystrokes typed; the next message, done or not."""
-        with self._use(session_id, "terminus-2") as session:
+        with self._use(session_id, TERMINUS_2_HARNESS) as session:
             turn = terminus_step(session.env, response)
         return {"observation": turn.observation, "done": turn.done}
 
@@ -281,7 +283,7 @@ class EpisodeSessions:
         session = self._live_session(session_id)
         if harness is not None and session.harness != harness:
             raise RequestError(f"session {session.id} is a {session.harness} episode, not {harness}: call "
-                               f"{' and '.join(HARNESS_CALLS[session.harness])}", 409, "resources_session_id")
+                               f"{' and '.join(HARNESSES[session.harness].episode_calls)}", 409, "resources_session_id")
         try:
             with session.lock:
                 self._still_live(session)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from common.checkpoints import global_step
 from common.errors import UserError
+from common.harnesses import BASH_TOOL_HARNESS, HARNESSES
 from eval import settings as eval_settings
 from eval.decision_points import evaluate_decision_points, is_decision_point_suite
 from eval.job_dir import read_job
@@ -44,8 +45,6 @@ from harbor_tasks.suites import BUILTIN_SUITES, is_dataset_name
 REPO = Path(__file__).resolve().parents[1]
 HARBOR_VENV = REPO / ".venv-harbor"
 LOCAL_ENV = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
-# agents of this repo, which Harbor loads by import path (its own are passed by name)
-AGENT_IMPORT_PATHS = {"bash-tool": "harbor_plugins.bash_tool_agent:BashToolAgent"}
 
 
 class EvalError(RuntimeError):
@@ -96,7 +95,7 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
     if not harbor.exists():
         raise EvalError(f"{harbor}: Harbor is not installed; run `make setup` (it creates .venv-harbor)")
     command = [str(harbor), "run", *suite_source(settings.suite),
-               "-a", AGENT_IMPORT_PATHS.get(settings.agent, settings.agent),
+               "-a", HARNESSES[settings.agent].eval_agent if settings.agent in HARNESSES else settings.agent,
                "-k", str(settings.attempts), "-n", str(settings.concurrency), "-o", str(jobs_dir),
                "--job-name", job_name, "-y",
                "--env", LOCAL_ENV if settings.env == "local" else settings.env]
@@ -110,7 +109,7 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
         raise EvalError(str(err)) from None
     for key, value in env_kwargs.items():
         command += ["--ek", f"{key}={value}"]
-    if served is not None and settings.agent == "bash-tool":
+    if served is not None and settings.agent == BASH_TOOL_HARNESS:
         kwargs = {"api_base": served.base_url, "temperature": settings.temperature, "max_tokens": settings.max_tokens,
                   **({"max_turns": settings.max_turns} if settings.max_turns else {}),
                   **settings.extra_agent_kwargs}

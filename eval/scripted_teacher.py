@@ -23,6 +23,7 @@ from pathlib import Path
 
 from common.bash_harness import FINAL_ANSWER, TOOL_NAME
 from common.errors import RequestError
+from common.harnesses import TERMINUS_2_HARNESS
 from common.net import free_port, stop_process, wait_until_healthy
 from eval.openai_api import chat_completion, message_text, model_list, request_tools, tool_call
 from eval.openai_api import create_app as create_openai_app
@@ -151,7 +152,7 @@ def create_app(teacher: Teacher):
 
 
 def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, progress=print,
-            agent: str = "terminus-2") -> dict:
+            agent: str = TERMINUS_2_HARNESS) -> dict:
     """Serve the teacher on a free loopback port and run `agent` (terminus-2 or bash-tool) on every task of
     `tasks_dir` against it (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json,
     lands in `jobs_dir`. Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
@@ -171,7 +172,7 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
         # record `python -m trainers.data pivots` reads the prompts from (its trajectory.json keeps only parsed actions)
         settings = EvalSettings(suite=str(tasks_dir), agent=agent, concurrency=concurrency, jobs_dir=str(jobs_dir),
                                 temperature=0.0,
-                                extra_agent_kwargs={"store_all_messages": True} if agent == "terminus-2" else {})
+                                extra_agent_kwargs={"store_all_messages": True} if agent == TERMINUS_2_HARNESS else {})
         return evaluate_endpoint(f"http://127.0.0.1:{port}/v1", DEFAULT_MODEL, settings, progress=progress)
     finally:
         stop_process(server)
@@ -190,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--collect", metavar="OUT", help=(
         "instead of serving until stopped: serve on a free port, run --agent on every task against it and put "
         "the Harbor job (the teacher trajectories) into OUT"))
-    parser.add_argument("--agent", choices=MODEL_AGENTS, default="terminus-2", help=(
+    parser.add_argument("--agent", choices=MODEL_AGENTS, default=TERMINUS_2_HARNESS, help=(
         "with --collect: the harness of the trajectories: Terminus-2's JSON keystrokes, or the bash tool that "
         "agentic GRPO trains (default: %(default)s)"))
     parser.add_argument("--concurrency", type=int, default=16, help="with --collect: trials at once (default: "

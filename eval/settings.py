@@ -14,11 +14,12 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
+from common.harnesses import HARNESSES
 from common.model_families import FAMILIES
 from eval.outcomes import INFRA_MODES
 
-AGENTS = ("terminus-2", "bash-tool", "oracle", "nop")
-MODEL_AGENTS = ("terminus-2", "bash-tool")  # the agents that call a model (the others run the solution or nothing)
+MODEL_AGENTS = tuple(HARNESSES)  # the agents that call a model, one a harness (the others run the solution or nothing)
+AGENTS = (*MODEL_AGENTS, "oracle", "nop")
 PARSERS = ("json", "xml")
 RECIPE_PREFIX = "eval_"
 

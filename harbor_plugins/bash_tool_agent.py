@@ -46,10 +46,11 @@ from common.bash_harness import (
     harness_prompt,
     timeout_message,
 )
+from common.harnesses import BASH_TOOL_HARNESS
 
 __all__ = ["BashToolAgent", "ModelCallError"]
 
-NAME = "bash-tool"
+NAME = BASH_TOOL_HARNESS
 PROVIDER_PREFIXES = ("hosted_vllm/", "openai/")
 # the phrases by which Harbor's LiteLLM wrapper recognises a context overflow in a 400 (vLLM's, OpenAI's, ours)
 CONTEXT_PHRASES = ("maximum context length", "context length exceeded", "context_length_exceeded",

@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from common.checkpoints import last_complete_checkpoint
+from common.harnesses import TERMINUS_2_HARNESS
 from episodes.local import EpisodeStats
 from modeling.tiny_model import resolve_model
 from trainers.agentic import (
@@ -80,7 +81,7 @@ def main():
                                        **(training_args.model_init_kwargs or {})}
     # Terminus-2 episodes: the rollout owns the turns, each response capped as the evals cap one call (eval_max_tokens)
     rollout = (partial(terminus_rollout, max_turn_tokens=eval_args.eval_max_tokens)
-               if task_args.harness == "terminus-2" else None)
+               if task_args.harness == TERMINUS_2_HARNESS else None)
     trainer = AgenticGRPOTrainer(model=model_path, reward_funcs=[reward], args=training_args,
                                  train_dataset=task_dataset(tasks, task_args.harness), processing_class=tokenizer,
                                  environment_factory=environment_factory(task_args, stats),

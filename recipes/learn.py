@@ -6,9 +6,9 @@
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
                             [--copy_steps N]
 
-The harness is the config's `eval_agent` (HARNESSES): `terminus-2` (Terminus-2's JSON keystrokes, learn.yaml) or
-`bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are collected in it
-and every checkpoint is scored in it, so the student is trained and evaluated acting one way.
+The harness is the config's `eval_agent` (common/harnesses.py): `terminus-2` (Terminus-2's JSON keystrokes,
+learn.yaml) or `bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are
+collected in it and every checkpoint is scored in it, so the student is trained and evaluated acting one way.
 
 Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-bash), replaced on each run:
   tasks/train, tasks/heldout   procedural Harbor tasks (harbor_tasks/generate.py), train and eval seeds disjoint
@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn.py), like the other recipes under accelerate
 
 from common.errors import ConfigError  # noqa: E402
+from common.harnesses import TERMINUS_2_HARNESS, UnknownHarness, harness_named  # noqa: E402
 from eval import settings as eval_settings  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
@@ -52,9 +53,6 @@ from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
-# eval_agent -> how the teacher's trajectories are collected (eval.scripted_teacher --collect --agent) and what the
-# stage says: one harness for the teacher's data and the student's evals
-HARNESSES = {"terminus-2": "Terminus-2 in the local sandbox", "bash-tool": "the bash-tool agent in the local sandbox"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -101,11 +99,12 @@ def layout(config_path: Path) -> tuple[dict, Path]:
 
 def harness(config: dict, config_path: Path | str = "the config") -> str:
     """The harness of the run: the config's eval_agent (the teacher is collected in it, the student scored in it)."""
-    agent = config.get("eval_agent") or "terminus-2"
-    if agent not in HARNESSES:
-        raise ConfigError(f"{config_path}: eval_agent {agent!r}: the learning run collects the teacher and scores the "
-                          f"student in one harness; use one of {', '.join(HARNESSES)}")
-    return agent
+    agent = config.get("eval_agent") or TERMINUS_2_HARNESS
+    try:
+        return harness_named(agent, key="eval_agent").name
+    except UnknownHarness as err:
+        raise ConfigError(f"{config_path}: {err}: the learning run collects the teacher and scores the student in "
+                          "one harness") from None
 
 
 def student_corpus(teacher: Path, out: Path) -> Path:
@@ -165,7 +164,7 @@ def main(argv=None) -> int:
     done()
 
     agent = harness(config, args.config)
-    done = stage(f"teacher trajectories (scripted teacher, {HARNESSES[agent]})", timings)
+    done = stage(f"teacher trajectories (scripted teacher, {agent} in the local sandbox)", timings)
     from eval.scripted_teacher import collect as collect_teacher
 
     teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency, agent=agent)

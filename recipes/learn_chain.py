@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn_chain.py), like the other recipes
 
 from common.errors import ConfigError  # noqa: E402
+from common.harnesses import TERMINUS_2_HARNESS  # noqa: E402
 from eval.compare import collect, plot  # noqa: E402
 from eval.run import evaluate  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
     for path in {p for pattern in MODEL_FILES for p in Path(start).glob(pattern) if p.is_file()}:
         shutil.copy2(path, step0 / path.name)  # the model alone: the start's own eval results stay behind
     eval_keys = {k: v for k, v in agentic.items() if k.startswith("eval_")}
-    eval_keys.update(eval_suites=[str(heldout)], eval_agent="terminus-2")
+    eval_keys.update(eval_suites=[str(heldout)], eval_agent=TERMINUS_2_HARNESS)
     eval_keys.pop("eval_on_start", None)
     evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
     done()

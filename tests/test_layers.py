@@ -32,7 +32,7 @@ TOP = len(LAYERS) - 1
 # siblings by path, or by package when imported as one
 RUN_BY_PATH = ("sandbox.enter", "sandbox.pid1")
 STDLIB_ONLY = ("sandbox", "harbor_tasks", "common/bash_harness.py", "common/digest.py", "common/cache_dir.py",
-               "common/model_families.py", "common/reasoning.py", "common/terminus_2.py")
+               "common/harnesses.py", "common/model_families.py", "common/reasoning.py", "common/terminus_2.py")
 SKIP = ("tests/fixtures/", "eval/tasks/terminal/", "eval/tasks/evocode/", ".venv")
 
 

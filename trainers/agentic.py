@@ -1,9 +1,9 @@
 """What agentic GRPO trains on: task folders as TRL prompt rows, episodes as its environments, their tests as reward.
 Runs in: the training venv, in the trainer's processes; `python -m trainers.agentic prepare CONFIG` for launchers.
 
-The harness (`harness`, HARNESSES): the bash tool (common/bash_harness.py, shared with the eval agent; episodes.local)
-or Terminus-2 (episodes.terminus, driven by trainers/terminus_rollout.py), in local sandboxes or on episode servers
-with `sandbox_urls` (episodes.remote). docs/agentic-grpo.md has the rest.
+The harness (`harness`, common/harnesses.py): the bash tool (common/bash_harness.py, shared with the eval agent;
+episodes.local) or Terminus-2 (episodes.terminus, driven by trainers/terminus_rollout.py), in local sandboxes or on
+episode servers with `sandbox_urls` (episodes.remote). docs/agentic-grpo.md has the rest.
 """
 
 from __future__ import annotations
@@ -15,21 +15,17 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.harnesses import BASH_TOOL_HARNESS, HARNESSES, TERMINUS_2_HARNESS, harness_named
 from common.terminus_2 import first_message, shown_instruction
 from common.stats import percentile
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
-from episodes import HARNESSES as EPISODE_HARNESSES
 from episodes.remote import EpisodeServers, RemoteTaskEnvironment, RemoteTerminusEnvironment
 from episodes.terminus import TerminusEnvironment
-from eval.settings import MODEL_AGENTS
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
 from harbor_tasks.generate import FAMILIES, generate
 from harbor_tasks.verdict import TAMPER_KINDS, passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
-# the harnesses agentic GRPO trains in: each is an eval agent (eval/settings.py), which scores the checkpoints
-HARNESSES = {"bash-tool": "the bash tool (TRL's tool loop)", "terminus-2": "Terminus-2 (JSON keystrokes into tmux)"}
-assert set(HARNESSES) == set(MODEL_AGENTS) == set(EPISODE_HARNESSES)
 _LIMITS = EpisodeLimits()
 
 
@@ -37,9 +33,9 @@ _LIMITS = EpisodeLimits()
 class AgenticTaskArguments:
     """The tasks of an agentic GRPO run and the limits of its episodes (the YAML keys of configs/grpo/agentic-*)."""
 
-    harness: str = field(default="bash-tool", metadata={
-        "help": "how the policy acts: bash-tool (a `bash` tool call per turn) or terminus-2 (Terminus-2's JSON action "
-                "per turn, keystrokes typed into tmux); the checkpoints' evals run in the same harness (eval_agent)"})
+    harness: str = field(default=BASH_TOOL_HARNESS, metadata={
+        "help": "how the policy acts: " + "; ".join(f"{h.name}: {h.acts}" for h in HARNESSES.values())
+                + ". The checkpoints' evals run in the same harness (eval_agent)"})
     task_dirs: list[str] = field(default_factory=list, metadata={
         "help": "folders of Harbor task folders (instruction.md, environment/, tests/) to train on"})
     generate_seed: int | None = field(default=None, metadata={
@@ -78,8 +74,7 @@ class AgenticTaskArguments:
                 "step only when the request never reached the server)"})
 
     def __post_init__(self):
-        if self.harness not in HARNESSES:
-            raise ValueError(f"harness: {self.harness!r} is not one of {', '.join(HARNESSES)}")
+        harness_named(self.harness)  # UnknownHarness (a ValueError) lists the harnesses
         urls = [url.strip().rstrip("/") for entry in self.sandbox_urls for url in str(entry).split(",")]
         self.sandbox_urls = [url for url in urls if url]
         bad = [url for url in self.sandbox_urls if not url.startswith(("http://", "https://"))]
@@ -152,14 +147,14 @@ def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:
     return {"train_seeds": train, "eval_seeds": held}
 
 
-def task_dataset(tasks: list[Path], harness: str = "bash-tool"):
+def task_dataset(tasks: list[Path], harness: str = BASH_TOOL_HARNESS):
     """One row per task: the conversational prompt TRL generates from, and `task_dir`, which reset() receives. In
     the Terminus-2 harness the rollout renders the first message itself (it needs the sandbox's first screen): the
     row's prompt, which TRL logs, is that message without the screen."""
     from datasets import Dataset
 
     def prompt(task: Path) -> list[dict]:
-        if harness == "terminus-2":
+        if harness == TERMINUS_2_HARNESS:
             return [{"role": "user", "content": first_message(shown_instruction(TaskFolder.of(task).instruction), "")}]
         return task_prompt(task)
 
@@ -186,7 +181,7 @@ def environment_factory(args: AgenticTaskArguments, stats: EpisodeStats):
     """What GRPOTrainer(environment_factory=...) calls, once per pooled environment: a local sandbox per episode,
     or a session on one of the episode servers of `sandbox_urls` (the same tool or turns, reward and failure kinds).
     Terminus-2's environments have no tools: trainers/terminus_rollout.py drives them."""
-    terminus = args.harness == "terminus-2"
+    terminus = args.harness == TERMINUS_2_HARNESS
     if not args.sandbox_urls:  # a batch's sandboxes start side by side (TRL resets its environments in turn)
         return partial(TerminusEnvironment if terminus else TaskEnvironment, args.limits(), stats,
                        background_start=True)

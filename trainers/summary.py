@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.checkpoints import checkpoints
+from common.harnesses import BASH_TOOL_HARNESS
 
 
 def final_loss(log_history: list[dict]) -> float | None:
@@ -144,11 +145,11 @@ def print_grpo_summary(summary: dict) -> None:
 def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: dict, wall_seconds: float,
                           resumed_from: str | None, by_family: dict | None = None,
                           evals: list[dict] | None = None, seeds: dict | None = None,
-                          harness: str = "bash-tool") -> dict:
+                          harness: str = BASH_TOOL_HARNESS) -> dict:
     """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings);
     `by_family`: the reward's {family: {"scored", "passed"}}; `evals`: the eval callback's results, in order.
     `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (trainers.agentic.check_held_out); `harness`: how
-    the policy acted (trainers.agentic.HARNESSES), which is also the agent its evals ran.
+    the policy acted (common/harnesses.py), which is also the agent its evals ran.
     `rollout_pass_rate_by_step`: [step, the logged episodes/pass_rate] (the train tasks' rollouts, at the sampling
     temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve)."""
     rollouts = [[entry["step"], round(entry["episodes/pass_rate"], 4)] for entry in trainer.state.log_history
@@ -166,8 +167,9 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
 
 
 def print_agentic_summary(summary: dict) -> None:
-    harness = summary.get("harness", "bash-tool")
-    actions = (f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors)" if harness == "bash-tool" else
+    harness = summary.get("harness", BASH_TOOL_HARNESS)
+    actions = (f"{summary['tool_calls']} tool calls ({summary['tool_errors']} errors)"
+               if harness == BASH_TOOL_HARNESS else
                f"{summary.get('commands', 0)} commands typed, {summary.get('parse_errors', 0)} responses Terminus-2 "
                f"could not parse, {summary.get('parse_warnings', 0)} with warnings")
     print(f"agentic GRPO ({harness}): {summary['global_step']} steps on {summary['tasks']} tasks, "
