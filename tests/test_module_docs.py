@@ -23,3 +23,15 @@ def test_a_module_says_what_it_is_and_where_it_runs(path):
     lines = doc.strip("\n").splitlines()
     assert len(lines) >= 2 and lines[0].strip() and lines[1].startswith("Runs in"), lines[:2]
     assert len(lines) <= MAX_LINES, f"{len(lines)} lines: move the reasoning to docs/"
+
+
+MAX_SOURCE_LINES = 900  # past this a module holds more than one sitting's reading: split it by what it holds
+
+
+def test_no_source_file_outside_tests_is_over_900_lines():
+    sources = [p for p in REPO.rglob("*.py") if not p.relative_to(REPO).as_posix().startswith(("tests/", ".venv"))
+               and "/." not in f"/{p.relative_to(REPO).as_posix()}"]
+    assert len(sources) > 100
+    long = {p.relative_to(REPO).as_posix(): n for p in sources if (n := len(p.read_text().splitlines())) >
+            MAX_SOURCE_LINES}
+    assert not long, long
