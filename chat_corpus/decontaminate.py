@@ -21,7 +21,8 @@ from typing import Any
 from chat_corpus.sources import Source, load_source, to_record
 from common.errors import CorpusError
 from harbor_tasks.folder import TaskFolder
-from harbor_tasks.generate import FAMILIES, write_task
+from harbor_tasks.families import FAMILIES
+from harbor_tasks.generate import write_task
 from harbor_tasks.suites import SuiteError, local_suite
 
 DEFAULT_N = 13

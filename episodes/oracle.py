@@ -1,8 +1,8 @@
-"""Oracle episodes: a task's reference solution run as bash-tool calls in its sandbox, recorded as an SFT chat record.
-Runs in: the training venv; `python -m episodes.oracle --tasks DIR... --collect OUT.jsonl`.
+"""Teacher episodes in the bash-tool harness: the teacher's policy run as tool calls in a task's sandbox, as SFT records.
+Runs in: the training venv; `python -m episodes.oracle --tasks DIR... --collect OUT.jsonl [--mistakes P]`.
 
-Teacher data in the harness agentic GRPO trains (real tool output, the tests' reward in metadata), so an RL start
-can be partly right; the scripted teacher's tool calls are the same commands (harbor_tasks.solution).
+A deep task's teacher reads each tool output and types its next command (harbor_tasks/teacher.py); any other task's
+is its reference solution (solve.sh as calls, harbor_tasks.solution). Real tool output, the tests' reward in metadata.
 """
 
 from __future__ import annotations
@@ -10,41 +10,92 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from common.bash_harness import BASH_TOOL, FINAL_ANSWER, TOOL_NAME
 from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode_reward, task_prompt
 from harbor_tasks.folder import TaskFolder, task_folders
 from harbor_tasks.solution import bash_tool_commands
+from harbor_tasks.teacher import Decision, decide, task_policy
+
+MAX_CALLS = 40  # a teacher that has not finished by then has lost its way: the episode ends and is scored as it is
 
 
-def oracle_episode(task: Path, env: TaskEnvironment) -> dict:
-    """A chat record of the bash-tool harness in which the task's reference solution (solution/solve.sh as the
-    scripted teacher's tool calls, `bash_tool_commands`) runs in the task's sandbox: real tool output, the tests'
-    reward in metadata. Teacher data for SFT in the harness agentic GRPO trains, so an RL start can be partly right."""
-    commands = bash_tool_commands(TaskFolder.of(task).solution_script or "")
+def _moves(task: Path, mistakes: float):
+    """The teacher's decisions for `task`, each sent the output of the last: its policy's, else the solution's."""
+    policy = task_policy(task)
+    if policy is None:
+        for command in bash_tool_commands(TaskFolder.of(task).solution_script or ""):
+            yield Decision(command)
+        return
+    history: list[tuple[str, str]] = []
+    while len(history) < MAX_CALLS:
+        decision = decide(policy, history, mistakes, key=task.name)
+        if decision.command is None:
+            return
+        output = yield decision
+        history.append((decision.command, output))
+
+
+def oracle_episode(task: Path, env: TaskEnvironment, mistakes: float = 0.0) -> dict:
+    """A chat record of the bash-tool harness in which the teacher solves the task in its sandbox: real tool output,
+    the tests' reward in metadata. A mistaken call (`mistakes`) is kept with `"train": false` and the recovery after it
+    trained; `metadata.teacher_error` says where a policy could not read what it needed."""
     env.reset(task_dir=str(task))
-    messages = task_prompt(task)
-    for i, command in enumerate(commands):
+    messages, error, moves = task_prompt(task), None, _moves(task, mistakes)
+    output = None
+    for i in range(MAX_CALLS):
+        try:
+            decision = next(moves) if output is None else moves.send(output)
+        except StopIteration:
+            break
+        except LookupError as err:  # the policy did not find what it looks for in what it was shown
+            error = str(err)
+            break
         call_id = f"call_{i}"
         messages.append({"role": "assistant", "content": "", "tool_calls": [{
             "id": call_id, "type": "function",
-            "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": command})}}]})
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": env.bash(command)})
+            "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": decision.command})}}],
+            **({"train": False} if decision.mistake else {})})
+        output = env.bash(decision.command)
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": output})
     messages.append({"role": "assistant", "content": FINAL_ANSWER})
     reward = episode_reward(env)
+    folder = TaskFolder.of(task)
     return {"messages": messages, "tools": [BASH_TOOL],
-            "metadata": {"task": task.name, "source_trajectory_uid": task.name, "reward": reward}}
+            "metadata": {"task": task.name, "source_trajectory_uid": task.name, "reward": reward,
+                         "family": folder.family, "teacher_error": error}}
+
+
+def solve_rates(records: list[dict]) -> dict[str, dict]:
+    """{family (or "other"): {"scored", "solved", "rate"}} of teacher episodes; a reward of None is not scored."""
+    counts: dict[str, Counter] = {}
+    for record in records:
+        meta = record["metadata"]
+        family = counts.setdefault(meta.get("family") or "other", Counter())
+        if meta["reward"] is not None:
+            family["scored"] += 1
+            family["solved"] += meta["reward"] >= 1.0
+    return {name: {"scored": c["scored"], "solved": c["solved"],
+                   "rate": round(c["solved"] / c["scored"], 4) if c["scored"] else None}
+            for name, c in sorted(counts.items())}
 
 
 def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
-    parser = argparse.ArgumentParser(prog="python -m episodes.oracle", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m episodes.oracle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", required=True, nargs="+", help="folders of Harbor task folders")
-    parser.add_argument("--collect", required=True, type=Path, help="JSONL file of oracle episodes to write (an SFT "
+    parser.add_argument("--collect", required=True, type=Path, help="JSONL file of teacher episodes to write (an SFT "
                         "source; keep the solved ones with min_reward: 1)")
+    parser.add_argument("--mistakes", type=float, default=0.0, help="probability per turn of a plausible wrong step "
+                        "(a mistyped path in a looking command) that the teacher then reads and recovers from; "
+                        "deep tasks only (default: %(default)s)")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.mistakes < 1.0:
+        parser.error(f"--mistakes {args.mistakes}: a probability in [0, 1)")
     tasks = [t for root in args.tasks for t in task_folders(root) if TaskFolder.of(t).solution_script is not None
              and TaskFolder.of(t).single_step_runnable]
     if not tasks:
@@ -54,12 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     stats = EpisodeStats()
     env = TaskEnvironment(EpisodeLimits(), stats)
     args.collect.parent.mkdir(parents=True, exist_ok=True)
+    records = []
     with args.collect.open("w") as out:
-        for task in tqdm(tasks, desc="oracle episodes", unit="task"):
-            out.write(json.dumps(oracle_episode(task, env)) + "\n")
+        for task in tqdm(tasks, desc="teacher episodes", unit="task"):
+            records.append(oracle_episode(task, env, args.mistakes))
+            out.write(json.dumps(records[-1]) + "\n")
     totals = stats.as_dict()
-    print(f"{len(tasks)} oracle episodes in {args.collect}: {totals['passed']} solved, {totals['scored']} scored, "
+    print(f"{len(tasks)} teacher episodes in {args.collect}: {totals['passed']} solved, {totals['scored']} scored, "
           f"not scored by kind {totals['masked_by_kind'] or '{}'}")
+    rates = solve_rates(records)
+    failing = {name: r for name, r in rates.items() if r["scored"] and r["solved"] < r["scored"]}
+    print("solved by family: " + ", ".join(f"{name} {r['solved']}/{r['scored']}" for name, r in rates.items()))
+    if failing:
+        print("the teacher failed tasks of: " + ", ".join(f"{name} ({r['scored'] - r['solved']} of {r['scored']})"
+                                                          for name, r in failing.items()))
     return 0
 
 

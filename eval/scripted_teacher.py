@@ -1,12 +1,13 @@
-"""A scripted teacher: an OpenAI-compatible server that answers with each task's reference solution.
+"""A scripted teacher: an OpenAI-compatible server that answers with each task's solution, or its family's policy.
 Runs in: its own process, in the training venv (FastAPI, uvicorn); no model.
 
 It speaks the harness of the request: Terminus-2 JSON actions, or `bash` tool calls when the request carries `tools`
-(common/bash_harness.py). Its trajectories solve the task: teacher data for SFT, and a check of the collect path.
+(common/bash_harness.py). A deep task's teacher reads the screen or tool output it was sent and types its next command
+(harbor_tasks/teacher.py; `--mistakes P`: wrong steps it recovers from); any other task's is its reference solution.
 
     python -m eval.scripted_teacher --tasks eval/tasks/terminal --port 8011
     python -m eval.run --model_url http://127.0.0.1:8011/v1 --model teacher --suite builtin:terminal [--agent bash-tool]
-    python -m eval.scripted_teacher --tasks DIR --collect OUT [--agent terminus-2|bash-tool] [--concurrency 16]
+    python -m eval.scripted_teacher --tasks DIR --collect OUT [--agent terminus-2|bash-tool] [--mistakes P]
 
 How it answers each turn: docs/evaluation.md#serving-a-checkpoint-evalservepy.
 """
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +32,9 @@ from eval.openai_api import chat_completion, message_text, model_list, request_t
 from eval.openai_api import create_app as create_openai_app
 from eval.run import evaluate_endpoint
 from eval.settings import MODEL_AGENTS, EvalSettings
-from harbor_tasks.folder import read_text
+from harbor_tasks.folder import TaskFolder, read_text
 from harbor_tasks.solution import bash_tool_commands, complete_command, heredoc, solution_lines
+from harbor_tasks.teacher import Decision, Policy, decide, shown_output, task_policy
 
 DEFAULT_MODEL = "teacher"
 _SLOW = re.compile(r"\b(make|gcc|cc|python3?|pip|git|pytest|cargo|npm|\./\S+\.sh|bash)\b")
@@ -50,6 +54,7 @@ class ScriptedTask:
     name: str
     instruction: str
     script: str
+    policy: Callable[[], Policy] | None = None  # a deep task's: its next command from what it was shown
 
     def commands(self) -> list[dict]:
         """The reference solution as Terminus-2 command objects."""
@@ -77,6 +82,20 @@ class ScriptedTask:
         return {"analysis": "The commands ran.", "plan": "Mark the task complete.", "commands": [],
                 "task_complete": True}
 
+    @staticmethod
+    def step_action(decision: Decision, first: bool) -> dict:
+        """A deep task's turn: one command, chosen from the last screen."""
+        if decision.command is None:
+            return {"analysis": "The output shows the task is done.", "plan": "Mark the task complete.",
+                    "commands": [], "task_complete": True}
+        analysis = ("Nothing has been done yet." if first else
+                    f"The last command failed: {decision.after_mistake}" if decision.after_mistake else
+                    "The output above shows what the next step needs.")
+        plan = "Run the command again with the path corrected." if decision.after_mistake else "Run the next command."
+        return {"analysis": analysis, "plan": plan,
+                "commands": [{"keystrokes": decision.command + "\n", "duration": _duration(decision.command)}],
+                "task_complete": False}
+
 
 def action_text(action: dict) -> str:
     """An action as the teacher writes it (the layout Harbor's ATIF converter, chat_corpus/harbor_trajectory.py,
@@ -87,7 +106,8 @@ def action_text(action: dict) -> str:
 def load_tasks(tasks_dir: str | Path) -> list[ScriptedTask]:
     """Every task folder under tasks_dir with instruction.md and solution/solve.sh."""
     root = Path(tasks_dir)
-    tasks = [ScriptedTask(d.name, read_text(d / "instruction.md").strip(), read_text(d / "solution" / "solve.sh"))
+    tasks = [ScriptedTask(d.name, read_text(d / "instruction.md").strip(), read_text(d / "solution" / "solve.sh"),
+                          task_policy(d))
              for d in sorted(root.iterdir())
              if (d / "instruction.md").is_file() and (d / "solution" / "solve.sh").is_file()]
     if not tasks:
@@ -96,8 +116,9 @@ def load_tasks(tasks_dir: str | Path) -> list[ScriptedTask]:
 
 
 class Teacher:
-    def __init__(self, tasks: list[ScriptedTask], model: str = DEFAULT_MODEL, max_model_len: int = 32768):
-        self.tasks, self.model, self.max_model_len = tasks, model, max_model_len
+    def __init__(self, tasks: list[ScriptedTask], model: str = DEFAULT_MODEL, max_model_len: int = 32768,
+                 mistakes: float = 0.0):
+        self.tasks, self.model, self.max_model_len, self.mistakes = tasks, model, max_model_len, mistakes
         self._squashed = [(_squash(task.instruction), task) for task in tasks]
         self.created = int(time.time())
 
@@ -128,18 +149,67 @@ class Teacher:
             if not any(tool["function"]["name"] == TOOL_NAME for tool in tools):
                 raise RequestError(f"the scripted teacher calls the {TOOL_NAME!r} tool; tools has none of that name",
                                    param="tools")
-            commands = task.tool_commands()
-            if turns < len(commands):
-                call = tool_call(TOOL_NAME, {"command": commands[turns]}, f"call_{turns}")
+            if task.policy is not None:
+                command = self._decide(task, tool_history(messages)).command
+            else:
+                commands = task.tool_commands()
+                command = commands[turns] if turns < len(commands) else None
+            if command is not None:
+                call = tool_call(TOOL_NAME, {"command": command}, f"call_{turns}")
                 return chat_completion(self.model, None, "tool_calls", len(first) // 4,
                                        len(call["function"]["arguments"]) // 4, tool_calls=[call])
             return chat_completion(self.model, FINAL_ANSWER, "stop", len(first) // 4, len(FINAL_ANSWER) // 4)
-        action = task.first_action() if turns == 0 else task.done_action()
+        if task.policy is not None:
+            history, completed = terminus_history(messages)
+            action = (ScriptedTask.step_action(Decision(None), False) if completed
+                      else ScriptedTask.step_action(self._decide(task, history), turns == 0))
+        else:
+            action = task.first_action() if turns == 0 else task.done_action()
         text = action_text(action)
         return chat_completion(self.model, text, "stop", len(first) // 4, len(text) // 4)
 
     def models(self) -> dict:
         return model_list(self.model, self.created, self.max_model_len)
+
+    def _decide(self, task: ScriptedTask, history: list[tuple[str, str]]) -> Decision:
+        try:
+            return decide(task.policy, history, self.mistakes, key=task.name)
+        except LookupError as err:  # the policy did not find what it needs in what it was shown: it stops there
+            print(f"scripted teacher: {task.name}: {err}", file=sys.stderr, flush=True)
+            return Decision(None)
+
+
+def tool_history(messages: list[dict]) -> list[tuple[str, str]]:
+    """(command, output) of each bash call in a bash-tool conversation, in order."""
+    outputs = {m.get("tool_call_id"): message_text(m.get("content")) for m in messages if m.get("role") == "tool"}
+    history = []
+    for message in messages:
+        for call in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
+            try:
+                command = json.loads(call["function"]["arguments"]).get("command", "")
+            except (KeyError, TypeError, ValueError, AttributeError):
+                command = ""
+            history.append((command, outputs.get(call.get("id"), "") or ""))
+    return history
+
+
+def terminus_history(messages: list[dict]) -> tuple[list[tuple[str, str]], bool]:
+    """(command, what the screen showed of it) of each Terminus-2 action in the conversation, and whether the last
+    action marked the task complete (the user's turn is then its confirmation)."""
+    history, completed = [], False
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        try:
+            action = json.loads(message_text(message.get("content")) or "")
+        except ValueError:
+            continue
+        completed = bool(action.get("task_complete"))
+        screen = next((message_text(m.get("content")) for m in messages[i + 1:] if m.get("role") == "user"), "")
+        for command in action.get("commands") or []:
+            keys = str(command.get("keystrokes", "")).rstrip("\n")
+            history.append((keys, shown_output(screen or "", keys)))
+    return history, completed
 
 
 def create_app(teacher: Teacher):
@@ -152,7 +222,7 @@ def create_app(teacher: Teacher):
 
 
 def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, progress=print,
-            agent: str = TERMINUS_2_HARNESS) -> dict:
+            agent: str = TERMINUS_2_HARNESS, mistakes: float = 0.0) -> dict:
     """Serve the teacher on a free loopback port and run `agent` (terminus-2 or bash-tool) on every task of
     `tasks_dir` against it (`eval.run.evaluate_endpoint`): the Harbor job, with every trial's agent/trajectory.json,
     lands in `jobs_dir`. Returns the job's eval results (mean_reward: the share of trials the teacher solved)."""
@@ -162,7 +232,8 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(tasks_dir),
-                                   "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                   "--port", str(port), "--mistakes", str(mistakes)], stdout=log,
+                                  stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until_healthy(f"http://127.0.0.1:{port}", server, timeout=60,
@@ -176,6 +247,19 @@ def collect(tasks_dir: str | Path, jobs_dir: str | Path, concurrency: int = 16, 
         return evaluate_endpoint(f"http://127.0.0.1:{port}/v1", DEFAULT_MODEL, settings, progress=progress)
     finally:
         stop_process(server)
+
+
+def family_summary(results: dict, tasks_dir: str | Path) -> str:
+    """Solved trials by family (the tasks' `[metadata] family`, else "other"), naming the families the teacher failed."""
+    counts: dict[str, Counter] = {}
+    for trial in results.get("tasks") or []:
+        family = TaskFolder.of(Path(tasks_dir) / str(trial.get("task")).rsplit("/", 1)[-1]).family or "other"
+        counts.setdefault(family, Counter())["trials"] += 1
+        counts[family]["solved"] += (trial.get("reward") or 0) >= 1.0
+    line = "solved by family: " + ", ".join(f"{f} {c['solved']}/{c['trials']}" for f, c in sorted(counts.items()))
+    failed = [f"{f} ({c['trials'] - c['solved']} of {c['trials']})" for f, c in sorted(counts.items())
+              if c["solved"] < c["trials"]]
+    return line + ("\nthe teacher failed tasks of: " + ", ".join(failed) if failed else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -196,12 +280,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "agentic GRPO trains (default: %(default)s)"))
     parser.add_argument("--concurrency", type=int, default=16, help="with --collect: trials at once (default: "
                         "%(default)s; the teacher answers at once, so trials wait only on their sandboxes)")
+    parser.add_argument("--mistakes", type=float, default=0.0, help="deep tasks: probability per turn of a plausible "
+                        "wrong step (a mistyped path in a looking command) that the teacher reads and recovers from "
+                        "(default: %(default)s)")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.mistakes < 1.0:
+        parser.error(f"--mistakes {args.mistakes}: a probability in [0, 1)")
     if args.collect:
         started = time.monotonic()
         try:
             results = collect(args.tasks, args.collect, args.concurrency, progress=lambda m: print(m, file=sys.stderr),
-                              agent=args.agent)
+                              agent=args.agent, mistakes=args.mistakes)
         except Exception as err:  # a missing task folder, Harbor not installed, a teacher that did not start
             print(f"error: {err}", file=sys.stderr)
             return 2
@@ -209,9 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"collected {metrics.get('n_trials')} teacher trajectories in {time.monotonic() - started:.0f} s: "
               f"solved {metrics.get('mean_reward')}, errors {metrics.get('exceptions') or {}}; job "
               f"{results['harbor_job_dir']}", file=sys.stderr)
+        print(family_summary(results, args.tasks), file=sys.stderr)
         return 0
     try:
-        teacher = Teacher(load_tasks(args.tasks), args.model)
+        teacher = Teacher(load_tasks(args.tasks), args.model, mistakes=args.mistakes)
     except (OSError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

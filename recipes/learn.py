@@ -48,7 +48,9 @@ from eval import settings as eval_settings  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from harbor_tasks.families import SETS  # noqa: E402
+from harbor_tasks.generate import generate  # noqa: E402
+from trainers.learning_runs import checked_families  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -65,7 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--eval_tasks", type=int, default=30, help="held-out instances (default: %(default)s)")
     parser.add_argument("--overfit_tasks", type=int, default=30, help="train instances the final model is scored on "
                         "(0: none; default: %(default)s)")
-    parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
+    parser.add_argument("--families", help=f"comma-separated sets ({', '.join(SETS)}) and families (python -m "
+                        "harbor_tasks.generate --list); default: the shallow set")
     parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
     parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps of the student (default: the "
                         "student preset's, modeling/tiny_model.py)")
@@ -147,10 +150,7 @@ def main(argv=None) -> int:
     if args.train_seed == args.eval_seed:
         raise ConfigError(f"--train_seed and --eval_seed are both {args.train_seed}: held-out instances must come from "
                           "a seed never used in training")
-    families = [f for f in args.families.split(",") if f] if args.families else list(FAMILIES)
-    unknown = sorted(set(families) - set(FAMILIES))
-    if unknown:
-        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    families = checked_families(args.families)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn")
     started = time.monotonic()

@@ -36,7 +36,7 @@ from common.harnesses import TERMINUS_2_HARNESS  # noqa: E402
 from eval.compare import collect, plot  # noqa: E402
 from eval.run import evaluate  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from harbor_tasks.generate import generate  # noqa: E402
 from trainers.eval_callback import EvalArguments  # noqa: E402
 from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     if args.steps < 2:
         raise ConfigError(f"--steps {args.steps}: at least 2 (the chain gives half to each stage)")
     agentic = yaml.safe_load(AGENTIC_CONFIG.read_text())
-    families = checked_families(args.families, agentic.get("generate_families") or list(FAMILIES))
+    families = checked_families(args.families, agentic.get("generate_families"))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-chain")

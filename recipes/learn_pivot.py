@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn_pivot.py)
 from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.generate import FAMILIES, generate  # noqa: E402
+from harbor_tasks.generate import generate  # noqa: E402
 from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     if not (REPO / start / "config.json").is_file() and not (Path(start) / "config.json").is_file():
         raise ConfigError(f"the start {start} is not a checkpoint folder (no config.json); run `make learn` first, "
                           "or pass --start DIR")
-    families = checked_families(args.families, list(config.get("families") or FAMILIES))
+    families = checked_families(args.families, config.get("families"))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn-pivot")

@@ -22,7 +22,8 @@ from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment, episode
 from episodes.remote import EpisodeServers, RemoteTaskEnvironment, RemoteTerminusEnvironment
 from episodes.terminus import TerminusEnvironment
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
-from harbor_tasks.generate import FAMILIES, generate
+from harbor_tasks.families import UnknownFamily, select
+from harbor_tasks.generate import generate
 from harbor_tasks.verdict import TAMPER_KINDS, passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
@@ -41,7 +42,9 @@ class AgenticTaskArguments:
     generate_seed: int | None = field(default=None, metadata={
         "help": "generate procedural tasks (harbor_tasks/generate.py) with this seed into task_dirs[0] first"})
     generate_n: int = field(default=20, metadata={"help": "how many to generate"})
-    generate_families: list[str] = field(default_factory=list, metadata={"help": "which families (default: all)"})
+    generate_families: list[str] = field(default_factory=list, metadata={
+        "help": "which families: set (shallow, deep) and family names, python -m harbor_tasks.generate --list "
+                "(default: the shallow set)"})
     heldout_dir: str | None = field(default=None, metadata={
         "help": "generate held-out procedural tasks into this folder first (name it in eval_suites to score every "
                 "checkpoint on them)"})
@@ -98,9 +101,10 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
     if not args.task_dirs:
         raise ConfigError("task_dirs is empty: name at least one folder of Harbor task folders")
     for key in ("generate_families", "heldout_families"):
-        unknown = [f for f in getattr(args, key) if f not in FAMILIES]
-        if unknown:
-            raise ConfigError(f"{key}: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+        try:
+            select(getattr(args, key), key)
+        except UnknownFamily as err:
+            raise ConfigError(str(err)) from None
     if args.heldout_seed is not None and args.heldout_seed == args.generate_seed:
         raise ConfigError(f"heldout_seed and generate_seed are both {args.heldout_seed}: held-out tasks must come "
                           "from a seed never used in training")

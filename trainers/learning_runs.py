@@ -11,17 +11,18 @@ import time
 from pathlib import Path
 
 from common.errors import ConfigError
-from harbor_tasks.generate import FAMILIES
+from harbor_tasks.families import UnknownFamily, select
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def checked_families(arg: str | None, default: list[str]) -> list[str]:
-    """`--families a,b,...` (else `default`), each a family harbor_tasks.generate knows; ConfigError naming the rest."""
-    families = arg.split(",") if arg else list(default)
-    if unknown := sorted(set(families) - set(FAMILIES)):
-        raise ConfigError(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
-    return families
+def checked_families(arg: str | None, default: list[str] | None = None) -> list[str]:
+    """`--families` (set and family names, harbor_tasks.families.select), else `default`, else the default set;
+    ConfigError naming the unknown ones and what is known."""
+    try:
+        return select(arg or default)
+    except UnknownFamily as err:
+        raise ConfigError(str(err)) from None
 
 
 def run_seeds(train: int, heldout: int, trainer: int, offset: int) -> dict[str, int]:

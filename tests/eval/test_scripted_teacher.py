@@ -4,6 +4,7 @@ trajectories from a model served elsewhere, and loading them as SFT records."""
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run
@@ -135,3 +136,39 @@ def test_teacher_trajectories_train_exactly_the_teachers_actions(teacher_job, to
         # and the observations (the terminal screens) are not trained: the first one shows the commands ran
         screens = [m["content"] for m in record["messages"][1:] if m["role"] == "user"]
         assert screens and all(screen not in trained for screen in screens)
+
+
+# ----------------------------------------------------------------- deep tasks: the teacher reads the screen (slow)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["terminus-2", "bash-tool"])
+def test_the_deep_teacher_reads_each_screen_in_both_harnesses(tmp_path, agent):
+    """`--collect` on one instance of every deep family, with mistakes: every trial solved, one command an action,
+    the commands those of the world's solution (plus the mistyped ones), the summary by family."""
+    from harbor_tasks.families import SETS
+    from harbor_tasks.generate import generate
+    from harbor_tasks.solution import solution_lines
+
+    if not HARBOR.exists():
+        pytest.fail(f"{HARBOR} missing: `make test` creates it (bash eval/setup_harbor.sh)")
+    deep = SETS["deep"]
+    tasks = generate(tmp_path / "tasks", 41, len(deep), deep)
+    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(tmp_path / "tasks"), "--collect",
+                  str(tmp_path / "jobs"), "--agent", agent, "--mistakes", "0.3", "--concurrency", "8"], timeout=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "solved by family: " + ", ".join(f"{f} 1/1" for f in sorted(deep)) in result.stderr
+    assert "the teacher failed" not in result.stderr
+    results = json.loads((tmp_path / "jobs" / "eval_results.json").read_text())
+    assert results["metrics"]["mean_reward"] == 1.0 and results["metrics"]["exceptions"] == {}
+    job = Path(results["harbor_job_dir"])
+    typed_wrong = 0
+    for task in tasks:
+        trajectory = json.loads(next(job.glob(f"{task.name}__*/agent/trajectory.json")).read_text())
+        calls = [call["arguments"] for step in trajectory["steps"] for call in step.get("tool_calls") or []]
+        commands = [(c["keystrokes"].rstrip("\n") if agent == "terminus-2" else c["command"]) for c in calls
+                    if c.get("keystrokes") or c.get("command")]
+        solution = [line for line in solution_lines((task / "solution" / "solve.sh").read_text())
+                    if not line.startswith("cd ")]
+        assert [c for c in commands if c in solution] == solution, (task.name, commands)
+        typed_wrong += len(commands) - len(solution)
+    assert typed_wrong >= 2  # the mistakes were made, and recovered from

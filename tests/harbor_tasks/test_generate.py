@@ -1,4 +1,4 @@
-"""Procedural task families (harbor_tasks/generate.py): determinism, coverage, structure, oracle 1 / nop 0.
+"""Procedural task families (harbor_tasks/generate.py), every set: determinism, coverage, structure, oracle 1 / nop 0.
 
 The fast tests run each generated instance through eval/tasks/check.py (no Harbor); the slow one runs real Harbor
 oracle and nop jobs in the local sandbox over a set that covers every family.
@@ -23,6 +23,7 @@ sys.modules[_spec.name] = check
 _spec.loader.exec_module(check)
 
 N_FAMILIES = len(gen.FAMILIES)
+EVERY_SET = ",".join(gen.SETS)
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
@@ -39,7 +40,7 @@ def cli(*args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> list[Path]:
     out = tmp_path_factory.mktemp("gen") / "tasks"
-    result = cli("--out", out, "--seed", 11, "--n", 2 * N_FAMILIES)
+    result = cli("--out", out, "--seed", 11, "--n", 2 * N_FAMILIES, "--families", EVERY_SET)
     assert result.returncode == 0, result.stderr
     assert f"generated {2 * N_FAMILIES} tasks from {N_FAMILIES} families" in result.stdout
     return sorted(p for p in out.iterdir() if p.is_dir())
@@ -50,9 +51,9 @@ def test_at_least_eight_families():
 
 
 def test_same_seed_is_byte_identical_other_seed_differs(tmp_path):
-    gen.generate(tmp_path / "a", seed=5, n=N_FAMILIES)
-    gen.generate(tmp_path / "b", seed=5, n=N_FAMILIES)
-    gen.generate(tmp_path / "c", seed=6, n=N_FAMILIES)
+    gen.generate(tmp_path / "a", seed=5, n=N_FAMILIES, families=[EVERY_SET])
+    gen.generate(tmp_path / "b", seed=5, n=N_FAMILIES, families=[EVERY_SET])
+    gen.generate(tmp_path / "c", seed=6, n=N_FAMILIES, families=[EVERY_SET])
     a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
     assert a and a == b
     c = snapshot(tmp_path / "c")
@@ -92,7 +93,9 @@ def test_families_option(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--n", "0"], "--n 0: must be at least 1"),
-    (["--n", "3", "--families", "sum-numbers,nope"], "unknown family nope; known: write-value,"),
+    (["--n", "3", "--families", "sum-numbers,nope"], "--families: unknown nope; sets: shallow, deep"),
+    (["--n", "3", "--families", ","], "--families: none given"),
+    (["--n", "3", "--world_seed", "-1"], "--world_seed -1: must be >= 0"),
 ])
 def test_bad_arguments_are_one_clear_line(tmp_path, args, message):
     result = cli("--out", tmp_path / "o", "--seed", 1, *args)
@@ -125,7 +128,7 @@ def test_harbor_oracle_scores_one_and_nop_zero(tmp_path):
     from conftest import run
 
     suite = tmp_path / "suite"
-    gen.generate(suite, seed=1234, n=2 * N_FAMILIES)
+    gen.generate(suite, seed=1234, n=N_FAMILIES, families=[EVERY_SET])
     checkpoint = tmp_path / "run" / "checkpoint-1"
     checkpoint.mkdir(parents=True)
     results = {}
@@ -134,7 +137,7 @@ def test_harbor_oracle_scores_one_and_nop_zero(tmp_path):
                       "--agent", agent, "--concurrency", "4", "--results_file", f"{agent}.json"], timeout=900)
         assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         results[agent] = json.loads((checkpoint / f"{agent}.json").read_text())
-    n = 2 * N_FAMILIES
+    n = N_FAMILIES
     oracle, nop = results["oracle"], results["nop"]
     for res in (oracle, nop):
         assert res["metrics"]["n_trials"] == n and len(res["tasks"]) == n

@@ -1,0 +1,160 @@
+"""Deep families that fail and say why only when run: a script that stops at what its environment lacks, failing tests.
+Runs in: any Python >= 3.11, standard library only (the tasks run bash and python3).
+
+Each run names one problem (the first it meets); the world decides which problems there are and where, so the policy
+runs, reads the error, fixes what it names, and runs again until the run succeeds.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, found, lines, q
+
+# ------------------------------------------------------------------------------------------------- failing-script
+SCRIPTS = ["report", "backup", "sync", "rotate", "export", "digest"]
+SETTINGS = ["retention_days", "max_files", "batch_size", "keep_copies", "timeout_sec"]
+
+
+def ask_script(rng: random.Random) -> dict:
+    return {"script": rng.choice(SCRIPTS)}
+
+
+def build_script(asked: dict, rng: random.Random) -> Instance:
+    name = asked["script"]
+    out_dir = f"var/{rng.choice(['spool', 'out', 'archive', 'reports'])}/{rng.choice(WORDS)}"
+    lock = f"run/{name}-{rng.randint(10, 99)}.lock"
+    secret = f"etc/{rng.choice(WORDS)}.secret"
+    conf = f"etc/{name}.conf"
+    key, value = rng.choice(SETTINGS), rng.randint(2, 60)
+    problems = ["dir"] + rng.sample(["lock", "mode", "key"], rng.randint(1, 2))
+    rng.shuffle(problems)
+    guards = {
+        "dir": f'[ -d {out_dir} ] || fail "output directory {out_dir} does not exist (create it)"',
+        "lock": f'[ ! -e {lock} ] || fail "lock file {lock} exists: a previous run did not finish; remove it"',
+        "mode": f'[ "$(stat -c %a {secret})" = 600 ] || fail "{secret} must have mode 600, not $(stat -c %a {secret})"',
+        "key": f'grep -q "^{key}=" {conf} || fail "{conf} has no {key}= line; set it to {value}"',
+    }
+    fixes = {"dir": f"mkdir -p {out_dir}", "lock": f"rm {lock}", "mode": f"chmod 600 {secret}",
+             "key": f"echo {key}={value} >> {conf}"}
+    report = f"{out_dir}/{name}.txt"
+    script = lines("#!/bin/bash", f"# {name}: writes a summary of data/input.txt", 'cd "$(dirname "$0")/.."',
+                   'fail() { echo "error: $1" >&2; exit 1; }', *(guards[p] for p in problems),
+                   f'echo "{name}: $(wc -l < data/input.txt) records" > {report}', f'echo "done: wrote {report}"')
+    conf_text = lines(f"# {name} settings", f"source = data/input.txt", f"owner = {rng.choice(WORDS)}")
+    records = [f"{rng.choice(WORDS)},{rng.randint(1, 999)}" for _ in range(rng.randint(4, 20))]
+    files = {f"bin/{name}.sh": script, conf: conf_text, secret: f"token={rng.randint(10**8, 10**9)}\n",
+             "data/input.txt": lines(*records), lock: "pid 4242\n"}
+    if "lock" not in problems:
+        del files[lock]
+    solve, run = [], f"bash bin/{name}.sh"
+    for problem in problems:
+        solve += [run, fixes[problem]]
+    return Instance(
+        instruction=f"Running `bash /app/bin/{name}.sh` fails. Find out why from what it prints and fix what it "
+                    f"needs in its environment (do not edit the script itself) until it runs successfully.",
+        files=files, solve=solve + [run],
+        checks=[file_is(f"bin/{name}.sh", script), f"bash bin/{name}.sh >/dev/null 2>&1",
+                file_is(report, f"{name}: {len(records)} records\n")], category="debugging")
+
+
+FIXES = [(r"output directory (\S+) does not exist", "mkdir -p {0}"), (r"lock file (\S+) exists", "rm {0}"),
+         (r"(\S+) must have mode (\d+)", "chmod {1} {0}"), (r"(\S+) has no (\w+)= line; set it to (\S+)",
+                                                            "echo {1}={2} >> {0}")]
+
+
+def teach_script(asked: dict):
+    run = f"bash bin/{asked['script']}.sh"
+    while True:
+        shown = yield run
+        error = re.search(r"^error: (.*)$", shown, flags=re.M)
+        if error is None:
+            found(r"^done: wrote \S+$", shown, "success line")
+            return
+        fix = next((how.format(*m.groups()) for pattern, how in FIXES if (m := re.search(pattern, error.group(1)))),
+                   None)
+        if fix is None:
+            raise LookupError(f"no fix known for {error.group(1)!r}")
+        yield fix
+
+
+# --------------------------------------------------------------------------------------------------- failing-test
+def ask_tests(rng: random.Random) -> dict:
+    return {"project": rng.choice(WORDS)}
+
+
+TEST_RUNNER = '''import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from {table} import lookup  # noqa: E402
+
+EXPECTED = {expected}
+
+for key, want in EXPECTED.items():
+    got = lookup(key)
+    if got != want:
+        print(f"FAIL test_{{key}}: {thing} of {{key!r}} is {{got}} (from data/{table}.conf), expected {{want}}")
+        sys.exit(1)
+print(f"all {{len(EXPECTED)}} tests passed")
+'''
+MODULE = '''from pathlib import Path
+
+TABLE = Path(__file__).resolve().parent / "data" / "{table}.conf"
+
+
+def lookup(key):
+    for line in TABLE.read_text().splitlines():
+        name, _, value = line.partition(" = ")
+        if name == key:
+            return int(value)
+    raise KeyError(key)
+'''
+
+
+def build_tests(asked: dict, rng: random.Random) -> Instance:
+    project, table = asked["project"], rng.choice(["limits", "quotas", "prices", "weights", "timeouts"])
+    keys = rng.sample([w for w in WORDS if w != project], rng.randint(5, 8))
+    want = {k: rng.randint(10, 500) for k in keys}
+    wrong = rng.sample(keys, rng.randint(1, 3))
+    have = {k: (want[k] + rng.choice([-1, 1]) * rng.randint(1, 40) if k in wrong else want[k]) for k in keys}
+    runner = TEST_RUNNER.format(table=table, thing=table[:-1], expected=repr(want))
+    module = MODULE.format(table=table)
+    data = f"{project}/data/{table}.conf"
+    solve, run = [], f"python3 {project}/tests/run_tests.py"
+    for k in keys:  # the runner stops at the first failure, in EXPECTED's order
+        if k in wrong:
+            solve += [run, f"sed -i {q(f's/^{k} = {have[k]}$/{k} = {want[k]}/')} {data}"]
+    fixed = lines(*(f"{k} = {want[k]}" for k in keys))
+    return Instance(
+        instruction=f"The tests of the project in `/app/{project}/` fail: run `python3 {project}/tests/run_tests.py` "
+                    f"from `/app` to see why. The code is right; some values in its data are wrong. Fix the data "
+                    f"(not the code or the tests) so that the tests pass.",
+        files={f"{project}/{table}.py": module, f"{project}/tests/run_tests.py": runner,
+               data: lines(*(f"{k} = {have[k]}" for k in keys))},
+        solve=solve + [run],
+        checks=[file_is(f"{project}/{table}.py", module), file_is(f"{project}/tests/run_tests.py", runner),
+                file_is(data, fixed), f"python3 {project}/tests/run_tests.py >/dev/null 2>&1"], category="debugging")
+
+
+def teach_tests(asked: dict):
+    project = asked["project"]
+    run = f"python3 {project}/tests/run_tests.py"
+    while True:
+        shown = yield run
+        failed = re.search(r"^FAIL test_\w+: \w+ of '(\w+)' is (-?\d+) \(from (\S+)\), expected (-?\d+)$", shown,
+                           flags=re.M)
+        if failed is None:
+            found(r"^all \d+ tests passed$", shown, "passing run")
+            return
+        key, have, where, want = failed.groups()
+        yield f"sed -i {q(f's/^{key} = {have}$/{key} = {want}/')} {project}/{where}"
+
+
+FAMILIES = (
+    Family("failing-script", "deep", "run a script that stops at what its environment lacks; fix each thing it names",
+           build_script, ask_script, teach_script),
+    Family("failing-test", "deep", "run failing tests; fix the data values they name until they pass",
+           build_tests, ask_tests, teach_tests),
+)
