@@ -174,6 +174,7 @@ class SandboxEpisode:
         self._verified = False
         self._verdict: Verdict | None = None
         self._killed_by_agent = False
+        self._verifier_output = ""  # what the last verifier run printed (a multi-round episode's feedback)
         _LIVE.add(self)
 
     # --- what TRL calls -------------------------------------------------------------------------------------
@@ -237,7 +238,9 @@ class SandboxEpisode:
         if error is not None:
             raise error
 
-    def _run_verifier(self) -> float | None:
+    def _run_verifier(self, tests: Path | None = None) -> float | None:
+        tests = tests or self._task / "tests"
+        self._verifier_output = ""
         self._ready()
         if self._failure or self._box is None:
             return None
@@ -262,8 +265,8 @@ class SandboxEpisode:
             # as Harbor does: the harness's steps as root, the tests as the task's default user (its final USER)
             self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR} && "
                            f"chmod 777 {VERIFIER_DIR}", timeout_sec=30, user="root")
-            self._box.upload_dir(self._task / "tests", TESTS_DIR)
-            watch.expect_tests([self._task / "tests"])
+            self._box.upload_dir(tests, TESTS_DIR)
+            watch.expect_tests([tests])
             self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh", timeout_sec=30, user="root")
             watch.before_verifier()
             mark = self._box.network_mark()
@@ -273,6 +276,7 @@ class SandboxEpisode:
             except SandboxExecTimeoutError:
                 timed_out = True
             reward_json, reward_txt = watch.after_verifier()
+            self._verifier_output = output
             verifier_names = self._box.names_asked(mark, commands_only=True)
             agent_names = self._box.names_asked(0, until=mark)
         except (SandboxError, OSError) as err:
@@ -397,6 +401,13 @@ def episode_verdict(env: SandboxEpisode) -> Verdict | None:
     """The verdict of the episode's verifier run or infrastructure failure (None before it is verified, or when a
     limit or the agent's own command ended it)."""
     return env._verdict
+
+
+def verify_round(env: SandboxEpisode, tests: Path) -> tuple[float | None, str]:
+    """One round of a multi-round task (its `steps/<round>/tests`): the tests run in the episode's sandbox, which goes
+    on for the next round; (the round's score or None: not scored, what the tests printed). A function, not a method:
+    TRL makes every public method of an environment a tool."""
+    return env._run_verifier(Path(tests)), env._verifier_output
 
 
 def end_episode(env: SandboxEpisode) -> None:

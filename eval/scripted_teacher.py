@@ -49,6 +49,12 @@ def _duration(command: str) -> float:
     return 3.0 if _SLOW.search(command) else 0.1
 
 
+def _step_duration(command: str) -> float:
+    """A deep task's one command, whose output the next step reads: long enough for it to be on the screen when
+    Terminus-2 reads it with many trials at once (a script runs in well under a second here; a build wants longer)."""
+    return 1.0 if _SLOW.search(command) else 0.5
+
+
 @dataclass
 class ScriptedTask:
     name: str
@@ -93,7 +99,7 @@ class ScriptedTask:
                     "The output above shows what the next step needs.")
         plan = "Run the command again with the path corrected." if decision.after_mistake else "Run the next command."
         return {"analysis": analysis, "plan": plan,
-                "commands": [{"keystrokes": decision.command + "\n", "duration": _duration(decision.command)}],
+                "commands": [{"keystrokes": decision.command + "\n", "duration": _step_duration(decision.command)}],
                 "task_complete": False}
 
 
@@ -104,12 +110,17 @@ def action_text(action: dict) -> str:
 
 
 def load_tasks(tasks_dir: str | Path) -> list[ScriptedTask]:
-    """Every task folder under tasks_dir with instruction.md and solution/solve.sh."""
+    """Every task folder under tasks_dir with instruction.md and solution/solve.sh, and every step of a multi-step
+    one with its own (`<task>/<step>`: each round's chat starts from its instruction)."""
     root = Path(tasks_dir)
-    tasks = [ScriptedTask(d.name, read_text(d / "instruction.md").strip(), read_text(d / "solution" / "solve.sh"),
-                          task_policy(d))
-             for d in sorted(root.iterdir())
-             if (d / "instruction.md").is_file() and (d / "solution" / "solve.sh").is_file()]
+    tasks = []
+    for d in sorted(root.iterdir()):
+        steps = [(f"{d.name}/{step}", d / "steps" / step, step) for step in TaskFolder.of(d).steps] \
+            if d.is_dir() else []
+        for name, where, step in steps or [(d.name, d, None)]:
+            if (where / "instruction.md").is_file() and (where / "solution" / "solve.sh").is_file():
+                tasks.append(ScriptedTask(name, read_text(where / "instruction.md").strip(),
+                                          read_text(where / "solution" / "solve.sh"), task_policy(d, step)))
     if not tasks:
         raise FileNotFoundError(f"{root}: no task folders with instruction.md and solution/solve.sh")
     return tasks

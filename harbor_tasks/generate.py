@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 from harbor_tasks.families import DEFAULT_SET, FAMILIES, SETS, UnknownFamily, select
+from harbor_tasks.families.instance import Case, q
 from harbor_tasks.folder import CONFIG, is_task
 
-TASK_TOML = """schema_version = "1.1"
+TASK_TOML = """{top}
 
 [task]
 name = "terminal-recipes/{name}"
@@ -49,6 +50,18 @@ memory_mb = 1024
 storage_mb = 2048
 network_mode = "no-network"
 workdir = "/app"
+{steps}"""
+# a multi-round task (EvoCode-Bench v2's layout): one workspace and steps/round-N, the trial reward the rounds' mean
+MULTI_STEP_TOP = 'schema_version = "1.2"\nmulti_step_reward_strategy = "mean"'
+STEP_TOML = """
+[[steps]]
+name = "{name}"
+
+[steps.agent]
+timeout_sec = 180.0
+
+[steps.verifier]
+timeout_sec = 60.0
 """
 
 
@@ -66,10 +79,12 @@ def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | 
     world = seed if world_seed is None or shallow else world_seed
     name = f"{family}-{seed}-{index}" + ("" if world == seed else f"-w{world}")
     task = out / name
+    steps = [f"round-{k}" for k in range(1, len(inst.rounds) + 1)]
     _write(task / CONFIG, TASK_TOML.format(name=name, family=family, seed=seed, index=index, category=inst.category,
                                            difficulty="easy" if shallow else "medium",
-                                           world="" if shallow else f'set = "{kind.set}"\nworld_seed = {world}\n'))
-    _write(task / "instruction.md", inst.instruction.rstrip() + "\n")
+                                           world="" if shallow else f'set = "{kind.set}"\nworld_seed = {world}\n',
+                                           top=MULTI_STEP_TOP if steps else 'schema_version = "1.1"',
+                                           steps="".join(STEP_TOML.format(name=step) for step in steps)))
     for rel, content in sorted(inst.files.items()):
         _write(task / "environment" / "app" / rel, content)
     dockerfile = "FROM python:3.11-slim\nWORKDIR /app\nCOPY app/ /app/\n"
@@ -79,18 +94,38 @@ def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | 
                "#!/bin/bash\nset -euo pipefail\ncd \"${APP_DIR:-/app}\"\n" + "".join(c + "\n" for c in inst.setup),
                0o755)
     _write(task / "environment" / "Dockerfile", dockerfile)
+    if not steps:
+        _write_step(task, inst.instruction, inst.solve, _all_checks(inst.checks), shallow)
+    for step, round_ in zip(steps, inst.rounds):
+        _write_step(task / "steps" / step, round_.instruction, round_.solve, _cases(round_.cases), shallow)
+    return task
+
+
+def _write_step(where: Path, instruction: str, solve: list[str], checks: str, shallow: bool) -> None:
+    """instruction.md, solution/solve.sh and tests/test.sh of a task, or of one step of a multi-round task."""
+    _write(where / "instruction.md", instruction.rstrip() + "\n")
     # a deep solution's looks may fail (a script run for its error): no -e there, the last commands decide
     strict = ("set -euo pipefail" if shallow
               else "# the teacher's commands for this world, each run whatever the last did\nset -u")
-    _write(task / "solution" / "solve.sh",
-           f"#!/bin/bash\n{strict}\ncd \"${{APP_DIR:-/app}}\"\n" + "".join(c + "\n" for c in inst.solve), 0o755)
-    checks = "".join(f"( {c} ) || ok=0\n" for c in inst.checks)
-    _write(task / "tests" / "test.sh",
+    _write(where / "solution" / "solve.sh",
+           f"#!/bin/bash\n{strict}\ncd \"${{APP_DIR:-/app}}\"\n" + "".join(c + "\n" for c in solve), 0o755)
+    _write(where / "tests" / "test.sh",
            "#!/bin/bash\n# Verifier: writes 1 or 0 to $LOGS_DIR/verifier/reward.txt (Harbor: /logs/verifier/reward.txt).\n"
            "LOGS=\"${LOGS_DIR:-/logs}\"\nmkdir -p \"$LOGS/verifier\"\nok=1\n"
            "cd \"${APP_DIR:-/app}\" || ok=0\n" + checks
            + "echo \"$ok\" > \"$LOGS/verifier/reward.txt\"\necho \"reward=$ok\"\n", 0o755)
-    return task
+
+
+def _all_checks(checks: list[str]) -> str:
+    return "".join(f"( {c} ) || ok=0\n" for c in checks)
+
+
+def _cases(cases: list[Case]) -> str:
+    """A round's cases: `PASS <case>` or `FAIL <case>: what the user says`, then EvoCode's CASE_SUMMARY line."""
+    body = "passed=0\n" + "".join(
+        f"if ( {c.check} ) >/dev/null 2>&1; then echo {q('PASS ' + c.name)}; passed=$((passed + 1)); "
+        f"else echo {q(f'FAIL {c.name}: {c.says}')}; ok=0; fi\n" for c in cases)
+    return body + f"echo \"CASE_SUMMARY total_cases={len(cases)} success_count=$passed\"\n"
 
 
 def generate(out: Path, seed: int, n: int, families: list[str] | None = None,

@@ -36,16 +36,18 @@ class Decision:
     after_mistake: str | None = None
 
 
-def task_policy(task: str | Path) -> Callable[[], Policy] | None:
-    """A fresh policy generator for a generated task of a family that has one (deep, multi-round), from the task
-    folder's family, seed and index (what was asked, never its world); None for any other task (its solution is the
-    teacher's commands)."""
+def task_policy(task: str | Path, step: str | None = None) -> Callable[[], Policy] | None:
+    """A fresh policy generator for a generated task of a family that has one (deep; multi-round: of its `step`),
+    from the task folder's family, seed and index (what was asked, never its world); None for any other task (its
+    solution is the teacher's commands)."""
     folder = TaskFolder.of(task)
     family: Family | None = FAMILIES.get(folder.family or "")
     if family is None or family.teach is None or folder.seed is None or folder.index is None:
         return None
-    asked = family.asked(folder.seed, folder.index)
-    return lambda: family.teach(asked)
+    rounds = folder.steps
+    if bool(rounds) != (step is not None) or (step is not None and step not in rounds):
+        return None
+    return family.policy(folder.seed, folder.index, rounds.index(step) if step is not None else None)
 
 
 def decide(policy: Callable[[], Policy], history: list[tuple[str, str]], mistakes: float = 0.0,

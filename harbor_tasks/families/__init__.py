@@ -6,7 +6,7 @@ family names (an unknown one is refused with both lists); `DEFAULT_SET` is what 
 `python -m harbor_tasks.generate --list` prints them with one line each on what the agent must do.
 """
 
-from harbor_tasks.families import deep_data, deep_debug, deep_files, shallow
+from harbor_tasks.families import deep_data, deep_debug, deep_files, multi_round, shallow
 from harbor_tasks.families.instance import Family, Instance
 
 
@@ -20,7 +20,7 @@ def _summary(doc: str | None) -> str:
 FAMILIES: dict[str, Family] = {
     **{f.__name__.replace("_", "-"): Family(f.__name__.replace("_", "-"), "shallow", _summary(f.__doc__), f)
        for f in shallow.FAMILIES},
-    **{f.name: f for module in (deep_files, deep_data, deep_debug) for f in module.FAMILIES},
+    **{f.name: f for module in (deep_files, deep_data, deep_debug, multi_round) for f in module.FAMILIES},
 }
 SETS: dict[str, list[str]] = {}
 for _family in FAMILIES.values():

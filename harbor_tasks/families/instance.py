@@ -26,6 +26,26 @@ class Instance:
     checks: list[str]                                      # bash conditions, run in /app; all must hold
     setup: list[str] = field(default_factory=list)         # environment/setup.sh commands, run in /app
     category: str = "file-ops"
+    rounds: list[Round] = field(default_factory=list)      # a multi-round task's rounds (then no top-level one)
+
+
+@dataclass
+class Case:
+    """One check of a round's verifier: its id, its bash condition, and what the user says when it fails."""
+
+    name: str
+    check: str
+    says: str
+
+
+@dataclass
+class Round:
+    """A round of a multi-round task on one workspace: its request, the teacher's commands for this world, and its
+    verifier's cases (cumulative: the earlier ones still in force, those a later round changed replaced)."""
+
+    instruction: str
+    solve: list[str]
+    cases: list[Case]
 
 
 def words(rng: random.Random, k: int) -> list[str]:
@@ -81,6 +101,13 @@ class Family:
         """What instance (seed, index) asks: its instruction stream's draw (the teacher's one input besides the
         screen). None for a shallow family."""
         return self.ask(random.Random(f"{self.name}:{seed}:{index}")) if self.ask else None
+
+    def policy(self, seed: int, index: int, round_index: int | None = None):
+        """A fresh-policy maker for instance (seed, index), of one round of a multi-round family; None without one."""
+        if self.teach is None:
+            return None
+        asked = self.asked(seed, index)
+        return (lambda: self.teach(asked)) if round_index is None else (lambda: self.teach(asked, round_index))
 
     def instance(self, seed: int, index: int, world_seed: int | None = None) -> Instance:
         """Instance `index` of `seed`; its hidden world from `world_seed` (default: the seed). A shallow family has one

@@ -172,3 +172,21 @@ def test_the_deep_teacher_reads_each_screen_in_both_harnesses(tmp_path, agent):
         assert [c for c in commands if c in solution] == solution, (task.name, commands)
         typed_wrong += len(commands) - len(solution)
     assert typed_wrong >= 2  # the mistakes were made, and recovered from
+
+
+@pytest.mark.slow
+def test_the_teacher_passes_every_round_of_multi_round_tasks_in_harbor(tmp_path):
+    """Harbor's multi-step trials (a new Terminus-2 chat each round, one workspace): the teacher knows each round by
+    its request and passes it; the eval reports MT@k, the Case score and the rounds reached."""
+    from harbor_tasks.families import SETS
+    from harbor_tasks.generate import generate
+
+    if not HARBOR.exists():
+        pytest.fail(f"{HARBOR} missing: `make test` creates it (bash eval/setup_harbor.sh)")
+    generate(tmp_path / "tasks", 43, 2 * len(SETS["multi-round"]), SETS["multi-round"])
+    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(tmp_path / "tasks"), "--collect",
+                  str(tmp_path / "jobs"), "--mistakes", "0.2"], timeout=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    metrics = json.loads((tmp_path / "jobs" / "eval_results.json").read_text())["metrics"]
+    assert metrics["mean_reward"] == 1.0 and metrics["exceptions"] == {}
+    assert metrics["mt_at_k"] == {"1": 1.0} and metrics["case_score"] == 1.0 and metrics["rounds_reached"] == 3.0

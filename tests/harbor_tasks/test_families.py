@@ -23,7 +23,8 @@ def _tree(task) -> dict[str, bytes]:
 
 
 def test_the_sets():
-    assert set(SETS) >= {"shallow", "deep"} and DEFAULT_SET == "shallow"
+    assert set(SETS) == {"shallow", "deep", "multi-round"} and DEFAULT_SET == "shallow"
+    assert len(SETS["multi-round"]) >= 2
     assert len(DEEP) >= 8 and len(SETS["shallow"]) == 10
     assert all(FAMILIES[name].teach is not None and FAMILIES[name].ask is not None for name in DEEP)
     assert select(None) == select("") == SETS["shallow"]
@@ -111,3 +112,27 @@ def test_a_deep_solution_takes_three_to_eight_actions(tmp_path, family):
                                                      "solve.sh").read_text()) if not line.startswith("cd ")])
               for i in range(10)}
     assert min(counts) >= 3 and max(counts) <= 8, counts
+
+
+MULTI = SETS["multi-round"]
+
+
+@pytest.mark.parametrize("family", MULTI)
+def test_a_multi_round_task_is_harbors_multi_step_layout_with_a_verifier_per_round(tmp_path, family):
+    """(tests/harbor_tasks/test_generate.py runs every round's oracle and nop through eval/tasks/check.py, which reads
+    each round's CASE_SUMMARY.)"""
+    from harbor_tasks.folder import TaskFolder
+
+    a = write_task(tmp_path / "a", family, 6, 0)
+    b = write_task(tmp_path / "b", family, 6, 0, world_seed=66)
+    folder = TaskFolder.of(a)
+    assert folder.steps == ["round-1", "round-2", "round-3"] and not (a / "instruction.md").exists()
+    assert folder.config["schema_version"] == "1.2" and folder.config["multi_step_reward_strategy"] == "mean"
+    assert folder.config["metadata"]["set"] == "multi-round"
+    for step in folder.steps:
+        assert (a / "steps" / step / "instruction.md").read_bytes() == (b / "steps" / step / "instruction.md")\
+            .read_bytes()
+        test = (a / "steps" / step / "tests" / "test.sh").read_text()
+        assert "CASE_SUMMARY total_cases=" in test and "FAIL " in test and "PASS " in test
+        assert (a / "steps" / step / "solution" / "solve.sh").read_text() != \
+            (b / "steps" / step / "solution" / "solve.sh").read_text() or step == "round-1"

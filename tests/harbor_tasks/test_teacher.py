@@ -137,3 +137,32 @@ def test_the_summary_names_a_family_whose_teacher_failed(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert records[1]["metadata"]["teacher_error"] == "the output shows no note of " + \
         records[1]["messages"][0]["content"].split("`")[1]
+
+
+def test_the_teacher_passes_every_round_of_the_multi_round_instances(tmp_path):
+    env = TaskEnvironment(EpisodeLimits(), EpisodeStats())
+    rounds = []
+    for family in SETS["multi-round"]:
+        for index in range(5):
+            record = oracle_episode(write_task(tmp_path, family, 12, index), env, mistakes=0.2)
+            assert record["metadata"]["teacher_error"] is None, record["metadata"]
+            rounds += record["metadata"]["rounds"]
+            users = [m["content"] for m in record["messages"] if m["role"] == "user"]
+            assert len(users) == 3 and not any("not right yet" in u for u in users)  # nothing failed: no feedback
+    assert len(rounds) == 30 and sum(r == 1.0 for r in rounds) >= 0.9 * len(rounds), rounds
+
+
+def test_after_a_failed_round_the_next_turn_quotes_the_failing_check(tmp_path):
+    """Round 1's verifier expects another count than the world's: the round fails, and round 2's user turn opens
+    with that case's words before the next request (round 2's own verifier, right, passes: no feedback after it)."""
+    task = write_task(tmp_path, "orders-rounds", 13, 0)
+    test = task / "steps" / "round-1" / "tests" / "test.sh"
+    test.write_text(test.read_text().replace('[ "$(tr -d \'[:space:]\' < report/count.txt)" = ',
+                                             '[ "$(tr -d \'[:space:]\' < report/count.txt)" = 99', 1))
+    record = oracle_episode(task, TaskEnvironment(EpisodeLimits(), EpisodeStats()))
+    assert record["metadata"]["rounds"] == [0.0, 1.0, 1.0]
+    users = [m["content"] for m in record["messages"] if m["role"] == "user"]
+    status = users[0].split("status is `")[1].split("`")[0]
+    assert users[1].startswith(f"That is not right yet: report/count.txt should hold how many orders are {status}, "
+                               "and it doesn't. Please fix it too.\n\nNext: also write the total")
+    assert users[2].startswith("Change: the orders of customer")

@@ -1,0 +1,207 @@
+"""Multi-round families (EvoCode style): three rounds on one workspace, each adding or changing a requirement.
+Runs in: any Python >= 3.11, standard library only.
+
+Each round is a Harbor step (steps/round-N: its request, its verifier, the teacher's commands); a round's verifier
+runs the cases still in force (a later round's change replaces the earlier case it contradicts) and prints one
+`PASS|FAIL <case>` line each and `CASE_SUMMARY`. The answers live in the world: a column's place, a setting's line.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from harbor_tasks.families.instance import WORDS, Case, Family, Instance, Round, file_is, found, lines, number_is, q
+
+# ----------------------------------------------------------------------------------------------------- orders-rounds
+STATUSES = ["paid", "pending", "refunded", "shipped"]
+COLUMNS = ["id", "customer", "status", "amount", "region", "channel"]
+
+
+def ask_orders(rng: random.Random) -> dict:
+    customers = rng.sample(WORDS, 2)
+    return {"status": rng.choice(STATUSES), "test_customer": customers[0]}
+
+
+def build_orders(asked: dict, rng: random.Random) -> Instance:
+    status, test = asked["status"], asked["test_customer"]
+    header = rng.sample(COLUMNS, len(COLUMNS))
+    col = {name: header.index(name) + 1 for name in header}
+    customers = [w for w in rng.sample(WORDS, 6) if w != test][:5]
+    rows = []
+    for n in range(rng.randint(12, 22)):
+        row = {"id": f"o{1000 + n}", "customer": rng.choice(customers), "status": rng.choice(STATUSES),
+               "amount": str(rng.randint(5, 900)), "region": rng.choice(["north", "south", "east", "west"]),
+               "channel": rng.choice(["web", "shop", "phone"])}
+        rows.append(row)
+    for _ in range(rng.randint(2, 3)):  # the test customer's orders, one at least of the asked status
+        rows.insert(rng.randrange(len(rows) + 1), {
+            "id": f"o{2000 + len(rows)}", "customer": test, "status": status if not any(
+                r["customer"] == test and r["status"] == status for r in rows) else rng.choice(STATUSES),
+            "amount": str(rng.randint(5, 900)), "region": "north", "channel": "web"})
+    rows.append({"id": "o3000", "customer": rng.choice(customers), "status": status, "amount": str(rng.randint(5, 900)),
+                 "region": "east", "channel": "shop"})
+
+    def text(rs):
+        return lines(",".join(header), *(",".join(r[h] for h in header) for r in rs))
+
+    def count(rs):
+        return sum(r["status"] == status for r in rs)
+
+    def total(rs):
+        return sum(int(r["amount"]) for r in rs if r["status"] == status)
+
+    kept = [r for r in rows if r["customer"] != test]
+    s, a, c = col["status"], col["amount"], col["customer"]
+    count_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\"' data/orders.csv | wc -l"
+    total_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\" {{t += ${a}}} END {{print t + 0}}' data/orders.csv"
+    drop_cmd = (f"awk -F, 'NR == 1 || ${c} != \"{test}\"' data/orders.csv > data/orders.new && "
+                "mv data/orders.new data/orders.csv")
+    r1_count = Case("count", number_is("report/count.txt", count(rows)),
+                    f"report/count.txt should hold how many orders are {status}, and it doesn't")
+    r2_total = Case("total", number_is("report/total.txt", total(rows)),
+                    f"report/total.txt should hold the total amount of the {status} orders, and it doesn't")
+    r3 = [Case("rows", file_is("data/orders.csv", text(kept)),
+               f"data/orders.csv should keep every row but {test}'s, header first, as they were"),
+          Case("count", number_is("report/count.txt", count(kept)),
+               f"report/count.txt should count the {status} orders without {test}'s"),
+          Case("total", number_is("report/total.txt", total(kept)),
+               f"report/total.txt should total the {status} orders without {test}'s")]
+    rounds = [
+        Round(f"`/app/data/orders.csv` lists orders (comma-separated, a header line, no quoting). Write the number of "
+              f"orders whose status is `{status}` to `/app/report/count.txt` (create `/app/report/`), as a plain "
+              f"number followed by a newline.",
+              ["head -n 1 data/orders.csv", count_cmd, "mkdir -p report", f"echo {count(rows)} > report/count.txt"],
+              [r1_count]),
+        Round(f"Next: also write the total `amount` of the orders whose status is `{status}` to "
+              f"`/app/report/total.txt`, as a plain number followed by a newline. Keep `/app/report/count.txt` right.",
+              ["head -n 1 data/orders.csv", total_cmd, f"echo {total(rows)} > report/total.txt"], [r1_count, r2_total]),
+        Round(f"Change: the orders of customer `{test}` were test data. Delete their rows from `/app/data/orders.csv` "
+              f"(keep the header and every other row as it is), then make `/app/report/count.txt` and "
+              f"`/app/report/total.txt` match what is left.",
+              ["head -n 1 data/orders.csv", drop_cmd, count_cmd, f"echo {count(kept)} > report/count.txt",
+               total_cmd, f"echo {total(kept)} > report/total.txt"], r3),
+    ]
+    return Instance(instruction=rounds[0].instruction, files={"data/orders.csv": text(rows)}, solve=[], checks=[],
+                    category="data-processing", rounds=rounds)
+
+
+def _columns(header: str) -> dict[str, int]:
+    names = found(r"^(\w+(?:,\w+)+)$", header, "header line").group(1).split(",")
+    return {name: i + 1 for i, name in enumerate(names)}
+
+
+def teach_orders(asked: dict, round_index: int):
+    status, test = asked["status"], asked["test_customer"]
+    col = _columns((yield "head -n 1 data/orders.csv"))
+    s, a, c = col["status"], col["amount"], col["customer"]
+    count_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\"' data/orders.csv | wc -l"
+    total_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\" {{t += ${a}}} END {{print t + 0}}' data/orders.csv"
+    if round_index == 2:
+        yield (f"awk -F, 'NR == 1 || ${c} != \"{test}\"' data/orders.csv > data/orders.new && "
+               "mv data/orders.new data/orders.csv")
+    if round_index in (0, 2):
+        counted = found(r"^(\d+)$", (yield count_cmd), "count").group(1)
+        if round_index == 0:
+            yield "mkdir -p report"
+        yield f"echo {counted} > report/count.txt"
+    if round_index in (1, 2):
+        summed = found(r"^(\d+)$", (yield total_cmd), "total").group(1)
+        yield f"echo {summed} > report/total.txt"
+
+
+# ---------------------------------------------------------------------------------------------------- service-rounds
+def ask_service(rng: random.Random) -> dict:
+    return {"name": rng.choice(["ledger", "relay", "indexer", "mailer", "scheduler"]), "port": rng.randint(8100, 8999)}
+
+
+def build_service(asked: dict, rng: random.Random) -> Instance:
+    name, port = asked["name"], asked["port"]
+    old_port = rng.choice([p for p in range(8000, 8099)])
+    old_log = f"var/{rng.choice(['log', 'tmp', 'run'])}/{name}-{rng.randint(1, 9)}.log"
+    spool = f"var/spool/{rng.choice(WORDS)}"
+    lock = f"run/{name}.pid"
+    problems = rng.sample(["spool", "lock"], rng.randint(1, 2))
+    guards = {"spool": f'[ -d {spool} ] || fail "spool directory {spool} does not exist (create it)"',
+              "lock": f'[ ! -e {lock} ] || fail "lock file {lock} exists: a previous run did not finish; remove it"'}
+    fixes = {"spool": f"mkdir -p {spool}", "lock": f"rm {lock}"}
+    script = lines("#!/bin/bash", f"# {name}: checks its setup and reports where it would listen", 'cd "$(dirname "$0")/.."',
+                   'fail() { echo "error: $1" >&2; exit 1; }', f"conf=svc/{name}.conf",
+                   *(guards[p] for p in problems),
+                   "port=$(sed -n 's/^port = //p' \"$conf\")", "log=$(sed -n 's/^log = //p' \"$conf\")",
+                   '[ -n "$log" ] && [ -d "$(dirname "$log")" ] || fail "log folder of $log does not exist"',
+                   'echo "started on $port" >> "$log"', 'echo "ready on $port"')
+    conf = f"svc/{name}.conf"
+    conf_before = lines(f"# {name}", f"port = {old_port}", f"log = {old_log}", f"workers = {rng.randint(2, 8)}")
+    old_lines = [f"started on {old_port}" for _ in range(rng.randint(1, 3))]
+    files = {f"svc/run.sh": script, conf: conf_before, old_log: lines(*old_lines), lock: "4242\n"}
+    if "lock" not in problems:
+        del files[lock]
+    run = "bash svc/run.sh"
+    r1 = Case("runs", f"bash svc/run.sh 2>/dev/null | grep -qx 'ready on [0-9]*'",
+              "bash svc/run.sh still doesn't print that it's ready")
+    r2 = Case("port", f"grep -qx 'port = {port}' {conf} && bash svc/run.sh 2>/dev/null | grep -qx 'ready on {port}'",
+              f"the service should be on port {port} (port = {port} in {conf}), and it isn't")
+    r3 = [Case("log", f"grep -qx 'log = logs/{name}.log' {conf} && [ \"$(head -n {len(old_lines)} logs/{name}.log)\" = "
+                      f"{q(chr(10).join(old_lines))} ]",
+               f"the log should be logs/{name}.log (log = logs/{name}.log in {conf}), its old lines first"),
+          Case("port", r2.check, r2.says), Case("unchanged", file_is("svc/run.sh", script),
+                                                "svc/run.sh itself should not change")]
+    fix_solve = []
+    for problem in problems:
+        fix_solve += [run, fixes[problem]]
+    new_log = f"logs/{name}.log"
+    rounds = [
+        Round(f"`bash /app/svc/run.sh` (the {name} service's start check) fails. Find out why from what it prints and "
+              f"fix what it needs in its environment (not the script) until it prints `ready on` its port.",
+              fix_solve + [run], [r1, Case("unchanged", r3[2].check, r3[2].says)]),
+        Round(f"Next: the {name} service must listen on port {port}. Change its config (the `port = ` line of its "
+              f".conf file under `/app/svc/`) so that `bash /app/svc/run.sh` prints `ready on {port}`.",
+              [f"grep -n port {conf}", f"sed -i 's/^port = {old_port}$/port = {port}/' {conf}", run],
+              [r2, Case("unchanged", r3[2].check, r3[2].says)]),
+        Round(f"Change: the {name} service's log moves to `/app/logs/{name}.log`. Set its config's `log = ` line to "
+              f"`logs/{name}.log`, create `/app/logs/`, and start the new log with the old log's lines (copy them "
+              f"over) before running `bash /app/svc/run.sh` again.",
+              [f"grep -n log {conf}", "mkdir -p logs", f"cp {old_log} {new_log}",
+               f"sed -i 's#^log = {old_log}$#log = {new_log}#' {conf}", run], r3),
+    ]
+    return Instance(instruction=rounds[0].instruction, files=files, solve=[], checks=[], category="debugging",
+                    rounds=rounds)
+
+
+FIXES = [(r"spool directory (\S+) does not exist", "mkdir -p {0}"), (r"lock file (\S+) exists", "rm {0}")]
+
+
+def teach_service(asked: dict, round_index: int):
+    name, port = asked["name"], asked["port"]
+    run, conf = "bash svc/run.sh", f"svc/{name}.conf"
+    if round_index == 0:
+        while True:
+            shown = yield run
+            error = re.search(r"^error: (.*)$", shown, flags=re.M)
+            if error is None:
+                found(r"^ready on \d+$", shown, "ready line")
+                return
+            fix = next((how.format(*m.groups()) for pattern, how in FIXES if (m := re.search(pattern, error.group(1)))),
+                       None)
+            if fix is None:
+                raise LookupError(f"no fix known for {error.group(1)!r}")
+            yield fix
+    if round_index == 1:
+        old = found(r"^\d+:port = (\d+)$", (yield f"grep -n port {conf}"), "port line").group(1)
+        yield f"sed -i 's/^port = {old}$/port = {port}/' {conf}"
+        found(rf"^ready on {port}$", (yield run), "ready line on the new port")
+        return
+    old = found(r"^\d+:log = (\S+)$", (yield f"grep -n log {conf}"), "log line").group(1)
+    yield "mkdir -p logs"
+    yield f"cp {old} logs/{name}.log"
+    yield f"sed -i 's#^log = {old}$#log = logs/{name}.log#' {conf}"
+    yield run
+
+
+FAMILIES = (
+    Family("orders-rounds", "multi-round", "three rounds on an orders CSV: count, total, then drop a customer's rows "
+           "and recount", build_orders, ask_orders, teach_orders),
+    Family("service-rounds", "multi-round", "three rounds on a service: fix its start, change its port, move its log",
+           build_service, ask_service, teach_service),
+)
