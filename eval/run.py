@@ -45,6 +45,7 @@ from harbor_tasks.suites import BUILTIN_SUITES, is_dataset_name
 REPO = Path(__file__).resolve().parents[1]
 HARBOR_VENV = REPO / ".venv-harbor"
 LOCAL_ENV = "harbor_plugins.local_sandbox:LocalSandboxEnvironment"
+TERMINUS_PROACTIVE_SUMMARIZATION = 8000  # Harbor 0.25's Terminus-2 default (free tokens)
 
 
 class EvalError(RuntimeError):
@@ -90,6 +91,13 @@ def suite_source(suite: str) -> list[str]:
                     "or org/name)")
 
 
+def proactive_summarization_threshold(max_input: int) -> int:
+    """Terminus-2 summarizes its chat once fewer than this many tokens are free: Harbor's 8,000, or a quarter of a
+    smaller context (at 8,000 a model of 8,192 tokens was summarized after its first turn, every multi-turn task
+    lost)."""
+    return min(TERMINUS_PROACTIVE_SUMMARIZATION, max_input // 4)
+
+
 def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served=None) -> list[str]:
     harbor = HARBOR_VENV / "bin" / "harbor"
     if not harbor.exists():
@@ -121,6 +129,7 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
                   "temperature": settings.temperature, "parser_name": settings.parser,
                   "llm_call_kwargs": json.dumps({"max_tokens": settings.max_tokens}),
                   "record_terminal_session": False,  # no asciinema recording (it may be absent, and it costs time)
+                  "proactive_summarization_threshold": proactive_summarization_threshold(max_input),
                   **({"max_turns": settings.max_turns} if settings.max_turns else {}),
                   **settings.extra_agent_kwargs}
     if served is not None:

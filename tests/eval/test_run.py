@@ -94,3 +94,17 @@ def test_harbor_runs_without_its_exit_telemetry_unless_the_user_set_it(tmp_path,
     show_env = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(os.environ.get('HARBOR_TELEMETRY')))"
     run_harbor([sys.executable, "-c", show_env, str(job / "result.json")], job, tmp_path / "job.log")
     assert json.loads((job / "result.json").read_text()) == seen
+
+
+@pytest.mark.parametrize("context, threshold", [(8192, 2048), (32768, 8000), (262144, 8000)])
+def test_terminus_2_is_not_summarized_after_its_first_turn_in_a_small_context(tmp_path, context, threshold):
+    """Harbor's Terminus-2 summarizes its chat once fewer than 8,000 tokens are free: with the learning runs'
+    8,192-token students that was after the first turn, and every multi-turn trial was lost to the summary."""
+    from eval.run import RemoteModel, harbor_command
+    from eval.settings import EvalSettings
+
+    command = harbor_command(EvalSettings(suite="builtin:terminal", agent="terminus-2"), "job", tmp_path,
+                             RemoteModel("http://127.0.0.1:1/v1", "m", max_model_len=context))
+    agent_kwargs = [command[i + 1] for i, word in enumerate(command) if word == "--ak"]
+    assert f"proactive_summarization_threshold={threshold}" in agent_kwargs
+    assert f'"max_input_tokens": {context}' in next(k for k in agent_kwargs if k.startswith("model_info="))
