@@ -48,19 +48,21 @@ from eval import settings as eval_settings  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.families import SETS  # noqa: E402
+from harbor_tasks.families import FAMILIES, SETS  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
 from trainers.learning_runs import checked_families  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
+DEEP_CONFIG = REPO / "configs" / "sft" / "learn-deep.yaml"  # the default when --families names a deep family
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python recipes/learn.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the SFT config (default: %(default)s)")
+    parser.add_argument("--config", type=Path, help=f"the SFT config (default: {DEFAULT_CONFIG.relative_to(REPO)}; "
+                        f"{DEEP_CONFIG.relative_to(REPO)} when --families names a deep family)")
     parser.add_argument("--train_seed", type=int, default=1, help="seed of the train instances (default: %(default)s)")
     parser.add_argument("--train_tasks", type=int, default=400, help="train instances (default: %(default)s)")
     parser.add_argument("--eval_seed", type=int, default=1001, help="seed of the held-out instances (default: %(default)s)")
@@ -74,7 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "student preset's, modeling/tiny_model.py)")
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.config is None:
+        deep = any(FAMILIES[name].set != "shallow" for name in checked_families(args.families))
+        args.config = DEEP_CONFIG if deep else DEFAULT_CONFIG
+    return args
 
 
 def layout(config_path: Path) -> tuple[dict, Path]:
