@@ -50,7 +50,7 @@ from eval.results import results_file  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.families import FAMILIES, SETS  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
-from trainers.learning_runs import checked_families  # noqa: E402
+from trainers.learning_runs import checked_families, replay_tasks  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -207,6 +207,13 @@ def main(argv=None) -> int:
         overfit = evaluate(str(out), eval_settings.from_recipe(eval_keys, suite), results_file(suite, several_suites=True))
         done()
 
+    beside = {}
+    if any(FAMILIES[name].ask is not None for name in families):  # a world the instruction does not state
+        done = stage("beside the curve: the shallow families, and the train commands replayed on held-out worlds",
+                     timings)
+        beside = deep_baselines(out, args, eval_keys)
+        done()
+
     done = stage("curve (eval.compare)", timings)
     rows = collect([out])
     print_table(rows)
@@ -225,6 +232,7 @@ def main(argv=None) -> int:
                                           "job": teacher["harbor_job_dir"]},
         "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
         "heldout_curve": curve, "overfit_mean_reward": overfit["metrics"].get("mean_reward") if overfit else None,
+        **beside,
         "overlap": {key: sft.get(key) for key in ("decontaminated_against", "decontaminated", "template_overlap")},
         "sft": {key: sft.get(key) for key in ("train_records", "eval_records", "global_step", "final_loss",
                                               "trained_tokens", "wall_seconds")},
@@ -247,9 +255,31 @@ def main(argv=None) -> int:
     if overfit:
         print(f"final model on {min(args.overfit_tasks, args.train_tasks)} train instances: "
               f"{overfit['metrics'].get('mean_reward')}")
+    if beside:
+        print(f"final model on {args.eval_tasks} held-out shallow tasks: {beside['shallow_mean_reward']}; the train "
+              f"tasks' teacher commands replayed on {beside['replay_tasks']} held-out worlds: "
+              f"{beside['replay_mean_reward']}")
     print(f"curve {out / 'curve.png'}, summary {out / 'learn_summary.json'}; score new held-out instances with:\n  "
           + summary["reproduce"])
     return 0
+
+
+def deep_baselines(out: Path, args, eval_keys) -> dict:
+    """Beside a run on world-drawing families: the final model on held-out shallow tasks, and the replay baseline (the
+    train tasks' recorded commands on held-out worlds of the same instructions, scored by the oracle agent)."""
+    import dataclasses
+
+    from eval.run import evaluate
+
+    shallow, replay = out / "tasks" / "heldout-shallow", out / "tasks" / "replay"
+    generate(shallow, args.eval_seed, args.eval_tasks, ["shallow"])
+    replayed = replay_tasks(out / "tasks" / "train", replay, args.eval_seed, args.eval_tasks)
+    on_shallow = evaluate(str(out), eval_settings.from_recipe(eval_keys, str(shallow)),
+                          results_file(str(shallow), several_suites=True))
+    settings = dataclasses.replace(eval_settings.from_recipe(eval_keys, str(replay)), agent="oracle")
+    on_replay = evaluate(str(out), settings, results_file(str(replay), several_suites=True))
+    return {"shallow_mean_reward": on_shallow["metrics"].get("mean_reward"), "replay_tasks": len(replayed),
+            "replay_mean_reward": on_replay["metrics"].get("mean_reward")}
 
 
 def _read_json(path: Path):

@@ -5,13 +5,16 @@ Runs in: the training venv, in those recipes' driver process (each stage is a su
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from common.errors import ConfigError
-from harbor_tasks.families import UnknownFamily, select
+from harbor_tasks.families import FAMILIES, UnknownFamily, select
+from harbor_tasks.folder import TaskFolder, task_folders
+from harbor_tasks.generate import write_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,3 +53,22 @@ def curve(rows: list[dict], suite: str) -> list[tuple[int, float | None]]:
     """[(step, mean_reward)] of one suite in eval.compare's rows, by step (the final model's row left out)."""
     return sorted((row["step"], row["metrics"].get("mean_reward")) for row in rows
                   if row["suite"] == suite and row["checkpoint"] != "final" and row["step"] is not None)
+
+
+def replay_tasks(train: Path, out: Path, world_seed: int, n: int) -> list[Path]:
+    """The replay baseline's tasks: the first `n` train tasks of a world-drawing family (deep, multi-round) again over
+    the held-out world `world_seed` (the same instruction, another environment), each with the train task's own
+    solution (the teacher's commands as recorded on the train world). The oracle agent scores what copying them gets."""
+    made = []
+    for task in task_folders(train):
+        folder = TaskFolder.of(task)
+        family = FAMILIES.get(folder.family or "")
+        if family is None or family.ask is None or folder.seed is None or folder.index is None:
+            continue  # a shallow task's world is its instruction: no other world to replay it on
+        replay = write_task(out, family.name, folder.seed, folder.index, world_seed)
+        for solve in task.rglob("solution/solve.sh"):
+            shutil.copy2(solve, replay / solve.relative_to(task))
+        made.append(replay)
+        if len(made) == n:
+            break
+    return made
