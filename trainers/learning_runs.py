@@ -60,7 +60,7 @@ def replay_tasks(train: Path, out: Path, world_seed: int, n: int) -> list[Path]:
     the held-out world `world_seed` (the same instruction, another environment), each with the train task's own
     solution (the teacher's commands as recorded on the train world). The oracle agent scores what copying them gets."""
     made = []
-    for task in task_folders(train):
+    for task in sorted(task_folders(train), key=lambda t: TaskFolder.of(t).index or 0):  # by index, as generated
         folder = TaskFolder.of(task)
         family = FAMILIES.get(folder.family or "")
         if family is None or family.ask is None or folder.seed is None or folder.index is None:

@@ -32,8 +32,15 @@ def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
 
 @pytest.mark.slow
 def test_learning_run_end_to_end(tmp_path):
-    out = run_small(tmp_path, "learn.yaml", "terminus-2")
+    """With a deep family among the families: beside the curve, the final model on held-out shallow tasks and the
+    replay baseline (the train tasks' commands on held-out worlds, scored by the oracle agent: they fail there)."""
+    out = run_small(tmp_path, "learn.yaml", "terminus-2", families="write-value,find-owner")
     assert not (out / "student-corpus.jsonl").exists()  # the trajectories themselves train the tokenizer
+    summary = json.loads((out / "learn_summary.json").read_text())
+    assert summary["replay_tasks"] == 2 and summary["replay_mean_reward"] == 0.0
+    assert isinstance(summary["shallow_mean_reward"], float)
+    replayed = sorted(p.name for p in (out / "tasks" / "replay").iterdir())
+    assert replayed == ["find-owner-3-1-w7", "find-owner-3-3-w7"]
 
 
 @pytest.mark.slow
@@ -56,13 +63,13 @@ def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
         assert results["agent"] == "bash-tool" and results["metrics"]["n_trials"] == 2
 
 
-def run_small(tmp_path: Path, name: str, agent: str, overfit_tasks: int = 1) -> Path:
+def run_small(tmp_path: Path, name: str, agent: str, overfit_tasks: int = 1,
+              families: str = "write-value,count-lines") -> Path:
     """The learning run of configs/sft/<name>, small; returns its output dir."""
     config = small_config(tmp_path, name)
     out = tmp_path / "learn"
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
-                          "--eval_tasks", "2", "--overfit_tasks", str(overfit_tasks), "--families",
-                          "write-value,count-lines",
+                          "--eval_tasks", "2", "--overfit_tasks", str(overfit_tasks), "--families", families,
                           "--teacher_concurrency", "6", "--train_seed", "3", "--eval_seed", "7",
                           "--copy_steps", "5"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -97,6 +104,18 @@ def test_learning_run_refuses_overlapping_seeds(tmp_path):
                           "--train_seed", "5", "--eval_seed", "5"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and "never used in training" in run.stderr
+
+
+def test_deep_families_pick_the_deep_config_unless_one_is_given():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
+    learn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learn)
+    assert learn.parse_args([]).config == learn.DEFAULT_CONFIG
+    assert learn.parse_args(["--families", "deep"]).config == learn.DEEP_CONFIG
+    assert learn.parse_args(["--families", "write-value,log-trace"]).config == learn.DEEP_CONFIG
+    assert learn.parse_args(["--families", "deep", "--config", "x.yaml"]).config == Path("x.yaml")
 
 
 def test_learning_run_refuses_a_harness_it_cannot_collect(tmp_path):
