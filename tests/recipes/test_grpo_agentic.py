@@ -323,3 +323,29 @@ def test_the_terminus_2_learning_config_trains_and_scores_one_harness():
     assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1 and evals.eval_temperature == 0.0
     assert tasks.generate_seed != tasks.heldout_seed and tasks.heldout_dir in evals.eval_suites
     assert evals.eval_max_tokens <= grpo.max_completion_length  # a response's cap (the evals') fits in an episode
+
+
+def test_the_deep_config_trains_from_the_deep_sft_run_on_deep_tasks_and_scores_as_it_did():
+    from trl import GRPOConfig, ModelConfig
+
+    from harbor_tasks.families import select
+    from trainers.agentic import AgenticTaskArguments, check_eval_agent
+    from trainers.eval_callback import EvalArguments
+    from trainers.recipe_config import parse_config
+
+    config = REPO / "configs" / "grpo" / "agentic-terminus-deep.yaml"
+    learn = yaml.safe_load((REPO / "configs" / "sft" / "learn-deep.yaml").read_text())
+    saved = dict(os.environ)
+    try:
+        tasks, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
+                                                 config, ["--config", str(config)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert model.model_name_or_path == learn["output_dir"]  # make learn ARGS="--families deep"'s final model
+    assert select(tasks.generate_families) == select("deep") and not tasks.heldout_families
+    assert tasks.harness == "terminus-2" and check_eval_agent(tasks, evals.eval_agent, str(config), []) == "terminus-2"
+    assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1
+    for key in ("eval_max_turns", "eval_max_tokens", "eval_agent_timeout_multiplier", "eval_temperature"):
+        assert getattr(evals, key) == learn[key], key
+    assert tasks.generate_seed != tasks.heldout_seed and tasks.heldout_dir in evals.eval_suites
