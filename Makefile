@@ -65,6 +65,7 @@ bench: setup
 	$(PY) bench/grpo_reward_overhead.py
 	$(PY) bench/reward_server.py
 	$(PY) bench/eval_throughput.py
+	$(PY) bench/deep_tasks.py
 
 clean:
 	rm -rf outputs wandb bench/results
