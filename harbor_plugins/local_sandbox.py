@@ -187,8 +187,13 @@ class LocalSandboxEnvironment(BaseEnvironment):
             return await self._run_verifier(sandbox, command, cwd, env, timeout_sec, user)
         if self._removes_rewards(command):
             await self._verifier_starting()
+        resets = not self._verifying and self._resets_verifier_paths(command)
+        if resets:  # the harness's, not the agent's: what the agent did there is kept, and the emptied folders
+            await asyncio.to_thread(self._watch.before_harness_reset)  # become the baseline
         res = await sandbox.exec(command, cwd=cwd, env=self._merge_env(env), timeout_sec=timeout_sec,
                                  user=self._resolve_user(user))
+        if resets:
+            await asyncio.to_thread(self._watch.after_harness_reset)
         return ExecResult(stdout=res.stdout or None, stderr=res.stderr or None, return_code=res.return_code)
 
     async def upload_file(self, source_path: Path | str, target_path: str):
@@ -242,6 +247,13 @@ class LocalSandboxEnvironment(BaseEnvironment):
             if command.rstrip().endswith(suffix):
                 return command.rstrip()[: -len(suffix)].rstrip()
         return None
+
+    def _resets_verifier_paths(self, command: str) -> bool:
+        """Harbor's shared multi-step mode empties /logs/verifier and /tests before each round and before its
+        verifier (Trial._reset_shared_step_verifier_dirs): those exact commands, as Harbor builds them."""
+        paths = EnvironmentPaths.for_os(self.os)
+        return command in (self._empty_dirs_command([paths.verifier_dir], chmod=True),
+                           self._empty_dirs_command([paths.tests_dir], chmod=False))
 
     @staticmethod
     def _removes_rewards(command: str) -> bool:

@@ -216,6 +216,7 @@ class VerifierWatch:
         self.absent_tools: list[str] = []
         self._tests: dict[str, bytes] = {}
         self._procs: _ProcessWatch | None = None
+        self._kept: list[str] = []  # changes made before a harness reset of the paths, for the next run's evidence
         with self._root_of() as root:
             self._paths = paths_state(root)
             self._tools = tools_state(root, path_env)
@@ -227,13 +228,29 @@ class VerifierWatch:
 
     def check_paths(self) -> None:
         """Before the harness resets the verifier's paths: whatever changed there since the environment was built
-        (or since the last verifier run) is the agent's doing."""
+        (or since the last verifier run, or the harness's last reset of them) is the agent's doing."""
         self.tamper = {}
         with self._root_of() as root:
             changes = _changes(self._paths, paths_state(root))
+        kept, self._kept = self._kept, []
+        changes = "; ".join(kept + ([changes] if changes else []))
         if changes:
             self._note("verifier_paths", f"changed before the verifier ran: {changes}")
         self._tests = {}
+
+    def before_harness_reset(self) -> None:
+        """The harness is about to empty the verifier's folders outside a verifier run (Harbor's shared multi-step
+        mode does, before each round and before its verifier): what changed there until now is kept as the next
+        run's evidence."""
+        with self._root_of() as root:
+            changes = _changes(self._paths, paths_state(root))
+        if changes:
+            self._kept.append(changes)
+
+    def after_harness_reset(self) -> None:
+        """The folders the harness emptied are the baseline from now on (what it made is not the agent's doing)."""
+        with self._root_of() as root:
+            self._paths = paths_state(root)
 
     def expect_tests(self, sources: list[Path]) -> None:
         """The host folders the harness uploads into /tests (later ones over earlier ones, as the upload does)."""

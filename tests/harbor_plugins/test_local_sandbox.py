@@ -124,3 +124,37 @@ def test_the_agent_and_the_verifier_run_as_the_final_user_with_the_tasks_build_a
     output = (t["_dir"] / "verifier" / "test-stdout.txt").read_text()
     assert reward(t) == 1.0, (exception_type(t), output)
     assert "verifier: agent greeting=from-task-toml agent=agent arg=unset" in output
+
+
+@pytest.mark.slow
+def test_a_multi_step_trial_is_not_flagged_for_harbors_own_resets_but_an_agents_plant_is(tmp_path):
+    """Harbor's shared multi-step mode empties /logs/verifier and /tests before each round and before its verifier:
+    the harness's doing, not evidence (every round of builtin:evocode's oracle was flagged `/tests appeared`). An agent
+    that plants a file in /tests in round 2, or writes the reward in round 3, is still flagged, in that round."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from harbor_tasks.generate import write_task
+
+    task = write_task(tmp_path / "tasks", "orders-rounds", 5, 0)
+    for step, cheat in (("round-2", "mkdir -p /tests && echo planted > /tests/extra.sh"),
+                        ("round-3", "echo 1 > /logs/verifier/reward.txt")):
+        solve = task / "steps" / step / "solution" / "solve.sh"
+        solve.write_text(solve.read_text() + cheat + "\n")
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    checkpoint.mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-m", "eval.run", "--checkpoint", str(checkpoint), "--suite",
+                           str(tmp_path / "tasks"), "--agent", "oracle"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((checkpoint / "eval_results.json").read_text())
+    assert "round-2" in results["tasks"][0]["tamper"]["verifier_paths"]  # the trial's: its first flagged round
+    trial = next(Path(results["harbor_job_dir"]).glob("orders-rounds-5-0__*"))
+    rounds = {step: json.loads((trial / "steps" / step / "verifier" / "tamper.json").read_text())
+              for step in ("round-1", "round-2", "round-3")}
+    assert rounds["round-1"] == {}
+    assert rounds["round-2"] == {"verifier_paths": "changed before the verifier ran: /tests/extra.sh appeared"}
+    assert rounds["round-3"] == {"verifier_paths": "changed before the verifier ran: /logs/verifier/reward.txt "
+                                                   "appeared"}
