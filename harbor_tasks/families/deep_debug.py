@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, found, lines, q
+from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, fix_until_it_runs, found, lines, q
 
 # ------------------------------------------------------------------------------------------------- failing-script
 SCRIPTS = ["report", "backup", "sync", "rotate", "export", "digest"]
@@ -65,18 +65,7 @@ FIXES = [(r"output directory (\S+) does not exist", "mkdir -p {0}"), (r"lock fil
 
 
 def teach_script(asked: dict):
-    run = f"bash bin/{asked['script']}.sh"
-    while True:
-        shown = yield run
-        error = re.search(r"^error: (.*)$", shown, flags=re.M)
-        if error is None:
-            found(r"^done: wrote \S+$", shown, "success line")
-            return
-        fix = next((how.format(*m.groups()) for pattern, how in FIXES if (m := re.search(pattern, error.group(1)))),
-                   None)
-        if fix is None:
-            raise LookupError(f"no fix known for {error.group(1)!r}")
-        yield fix
+    yield from fix_until_it_runs(f"bash bin/{asked['script']}.sh", FIXES, r"^done: wrote \S+$")
 
 
 # --------------------------------------------------------------------------------------------------- failing-test

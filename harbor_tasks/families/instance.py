@@ -75,6 +75,23 @@ def found(pattern: str, text: str, what: str) -> re.Match:
     return matches[-1]
 
 
+def fix_until_it_runs(run: str, fixes: list[tuple[str, str]], success: str):
+    """A policy's loop over a command that stops at its first problem: run it, read its `error: ...` line, type the
+    fix the first matching (pattern, command template) of `fixes` gives, run again; done when it prints `success`.
+    Use as `yield from`."""
+    while True:
+        shown = yield run
+        error = re.search(r"^error: (.*)$", shown, flags=re.M)
+        if error is None:
+            found(success, shown, "success line")
+            return
+        fix = next((how.format(*m.groups()) for pattern, how in fixes if (m := re.search(pattern, error.group(1)))),
+                   None)
+        if fix is None:
+            raise LookupError(f"no fix known for {error.group(1)!r}")
+        yield fix
+
+
 def lines(*rows: str) -> str:
     """Text of the given lines, each ended by a newline."""
     return "".join(row + "\n" for row in rows)

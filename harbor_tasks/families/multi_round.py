@@ -9,9 +9,9 @@ runs the cases still in force (a later round's change replaces the earlier case 
 from __future__ import annotations
 
 import random
-import re
 
-from harbor_tasks.families.instance import WORDS, Case, Family, Instance, Round, file_is, found, lines, number_is, q
+from harbor_tasks.families.instance import (WORDS, Case, Family, Instance, Round, file_is, fix_until_it_runs, found,
+                                            lines, number_is, q)
 
 # ----------------------------------------------------------------------------------------------------- orders-rounds
 STATUSES = ["paid", "pending", "refunded", "shipped"]
@@ -176,17 +176,8 @@ def teach_service(asked: dict, round_index: int):
     name, port = asked["name"], asked["port"]
     run, conf = "bash svc/run.sh", f"svc/{name}.conf"
     if round_index == 0:
-        while True:
-            shown = yield run
-            error = re.search(r"^error: (.*)$", shown, flags=re.M)
-            if error is None:
-                found(r"^ready on \d+$", shown, "ready line")
-                return
-            fix = next((how.format(*m.groups()) for pattern, how in FIXES if (m := re.search(pattern, error.group(1)))),
-                       None)
-            if fix is None:
-                raise LookupError(f"no fix known for {error.group(1)!r}")
-            yield fix
+        yield from fix_until_it_runs(run, FIXES, r"^ready on \d+$")
+        return
     if round_index == 1:
         old = found(r"^\d+:port = (\d+)$", (yield f"grep -n port {conf}"), "port line").group(1)
         yield f"sed -i 's/^port = {old}$/port = {port}/' {conf}"

@@ -302,22 +302,29 @@ def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):
     assert results["agent"] == "terminus-2" and results["metrics"]["n_trials"] == 2
 
 
-def test_the_terminus_2_learning_config_trains_and_scores_one_harness():
+def parse_agentic_config(config: Path):
+    """(tasks, grpo, model, evals) of an agentic GRPO config as the recipe parses it (its env: restored after)."""
     from trl import GRPOConfig, ModelConfig
 
-    from trainers.agentic import AgenticTaskArguments, check_eval_agent
+    from trainers.agentic import AgenticTaskArguments
     from trainers.eval_callback import EvalArguments
     from trainers.recipe_config import parse_config
 
-    config = REPO / "configs" / "grpo" / "agentic-terminus-learn.yaml"
-    learn = yaml.safe_load((REPO / "configs" / "sft" / "learn.yaml").read_text())
     saved = dict(os.environ)
     try:
-        tasks, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
-                                                 config, ["--config", str(config)])
+        return parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments), config,
+                            ["--config", str(config)])
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_the_terminus_2_learning_config_trains_and_scores_one_harness():
+    from trainers.agentic import check_eval_agent
+
+    config = REPO / "configs" / "grpo" / "agentic-terminus-learn.yaml"
+    learn = yaml.safe_load((REPO / "configs" / "sft" / "learn.yaml").read_text())
+    tasks, grpo, model, evals = parse_agentic_config(config)
     assert model.model_name_or_path.startswith(learn["output_dir"] + "/checkpoint-")  # make learn's Terminus-2 student
     assert tasks.harness == "terminus-2" and check_eval_agent(tasks, evals.eval_agent, str(config), []) == "terminus-2"
     assert evals.eval_max_turns == grpo.max_tool_calling_iterations + 1 and evals.eval_temperature == 0.0
@@ -326,22 +333,12 @@ def test_the_terminus_2_learning_config_trains_and_scores_one_harness():
 
 
 def test_the_deep_config_trains_from_the_deep_sft_run_on_deep_tasks_and_scores_as_it_did():
-    from trl import GRPOConfig, ModelConfig
-
     from harbor_tasks.families import select
-    from trainers.agentic import AgenticTaskArguments, check_eval_agent
-    from trainers.eval_callback import EvalArguments
-    from trainers.recipe_config import parse_config
+    from trainers.agentic import check_eval_agent
 
     config = REPO / "configs" / "grpo" / "agentic-terminus-deep.yaml"
     learn = yaml.safe_load((REPO / "configs" / "sft" / "learn-deep.yaml").read_text())
-    saved = dict(os.environ)
-    try:
-        tasks, grpo, model, evals = parse_config((AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments),
-                                                 config, ["--config", str(config)])
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    tasks, grpo, model, evals = parse_agentic_config(config)
     assert model.model_name_or_path == learn["output_dir"]  # make learn ARGS="--families deep"'s final model
     assert select(tasks.generate_families) == select("deep") and not tasks.heldout_families
     assert tasks.harness == "terminus-2" and check_eval_agent(tasks, evals.eval_agent, str(config), []) == "terminus-2"
