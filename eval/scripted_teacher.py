@@ -18,9 +18,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
