@@ -214,8 +214,13 @@ while time.monotonic() < end:
         text = "\n".join([read(f"/proc/{pid}/cmdline"), read(f"/proc/{pid}/environ"), read(f"/proc/{pid}/maps")]
                          + links).replace("\0", " ")
         found += [f"{pid} {status['Name'].strip()} shows {n}" for n in needles if n in text]
+        # the name again after the fds: a child that exec'd meanwhile holds its new program's files (its loader's
+        # libc, its locale), not the helper's; exec renames a process once and never back, so both names agree
+        # only where every fd read was the helper's
+        still = dict(l.split(":\t", 1) for l in read(f"/proc/{pid}/status").splitlines() if ":\t" in l)
+        helper = status["Name"].strip() == still.get("Name", "").strip() == "sandbox-enter"
         found += [f"{pid} {status['Name'].strip()} holds {link}" for link in links[1:]
-                  if status["Name"].strip() == "sandbox-enter" and link.split(": ")[0].rsplit("/", 1)[1] not in "012"]
+                  if helper and link.split(": ")[0].rsplit("/", 1)[1] not in "012"]
 print(json.dumps({"seen": len(seen), "found": sorted(set(found))}))
 """
 
