@@ -28,6 +28,7 @@ from common.cache_dir import cache_root
 from common.errors import ConfigError
 from common.model_families import FAMILIES, trl_template_dir
 from modeling.tiny_families import EMBEDDED_FAMILY, TINY_DIMS, TINY_FAMILIES, TinyFamily
+from modeling.induction_circuit import set_induction_circuit
 
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
@@ -55,6 +56,7 @@ class Preset:
     line_tokens: bool = False  # frequent whole lines of the corpus become single tokens (frequent_lines)
     copy_steps: int = 0  # steps of copy pretraining (pretrain_copy) after the random init
     copy_span: int = 48  # tokens a copy-pretraining sequence repeats (the distance the copy circuit learns)
+    induction_circuit: bool = False  # previous-token and induction heads set by hand (modeling/induction_circuit.py)
     help: str = field(default="", compare=False)
 
 
@@ -65,6 +67,14 @@ PRESETS = {
                       pre_tokenizer="identifiers", line_tokens=True, copy_steps=250,
                       help="the learning run's student: 4 layers, hidden 256 (~3.5M parameters), identifier-stable "
                            "tokens, copy-pretrained"),
+    "student-induction": Preset(dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+                                     num_key_value_heads=4, head_dim=32, max_position_embeddings=8192,
+                                     tie_word_embeddings=True,
+                                     rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
+                                pre_tokenizer="identifiers", line_tokens=True, induction_circuit=True,
+                                help="the deep learning run's student: the student's size and tokens, Qwen3's "
+                                     "rope_theta, an induction circuit set by hand in place of copy pretraining "
+                                     "(copies from any distance)"),
 }
 
 
@@ -161,6 +171,41 @@ def copy_batch(word_ids, rows: int, span: int, generator) -> tuple:
     return ids, labels
 
 
+def far_copy_batch(word_ids, rows: int, length: int, generator, span: tuple[int, int] = (4, 16)) -> tuple:
+    """(input_ids, labels) of `rows` sequences of `length` random word tokens in which a span of 4-16 tokens comes
+    back at a random distance; labels on the repeat after its first token. A copy at one distance scores ~0 here."""
+    import torch
+
+    ids = word_ids[torch.randint(len(word_ids), (rows, length), generator=generator)]
+    labels = torch.full_like(ids, -100)
+    for row in range(rows):
+        k = int(torch.randint(span[0], span[1] + 1, (1,), generator=generator))
+        start = int(torch.randint(0, length // 2 - k, (1,), generator=generator))
+        again = int(torch.randint(start + k, length - k, (1,), generator=generator))
+        ids[row, again:again + k] = ids[row, start:start + k]
+        labels[row, again + 1:again + k] = ids[row, again + 1:again + k]
+    return ids, labels
+
+
+def copy_accuracy(model, ids, labels) -> float:
+    """Greedy next-token accuracy on the labelled positions."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)
+    mask = labels[:, 1:] != -100
+    return (predicted[mask] == labels[:, 1:][mask]).float().mean().item()
+
+
+def _word_ids(tokenizer):
+    import re
+
+    import torch
+
+    return torch.tensor(sorted(i for t, i in tokenizer.get_vocab().items() if re.fullmatch(r"[A-Za-z]{2,}|[0-9]", t)))
+
+
 def pretrain_copy(model, tokenizer, steps: int, seed: int = 0, rows: int = 16, span: int = 48,
                   lr: float = 1e-3) -> float:
     """Teach a randomly initialised model to copy before it sees any task: the one skill every pretrained LM brings
@@ -170,12 +215,10 @@ def pretrain_copy(model, tokenizer, steps: int, seed: int = 0, rows: int = 16, s
     the copy circuit (a head whose output raises the logit of the token it attends to) at one distance; where to
     look in an instruction is left to SFT. A plain loop: a few hundred steps on one process, nothing for a Trainer
     to add. Returns the copy accuracy on fresh sequences after training."""
-    import re
-
     import torch
     from tqdm.auto import tqdm
 
-    word_ids = torch.tensor(sorted(i for t, i in tokenizer.get_vocab().items() if re.fullmatch(r"[A-Za-z]{2,}|[0-9]", t)))
+    word_ids = _word_ids(tokenizer)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 50))
@@ -190,12 +233,7 @@ def pretrain_copy(model, tokenizer, steps: int, seed: int = 0, rows: int = 16, s
         warmup.step()
         optimizer.zero_grad()
         progress.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-    model.eval()
-    ids, labels = copy_batch(word_ids, 64, span, generator)
-    with torch.no_grad():
-        predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)
-    mask = labels[:, 1:] != -100
-    return (predicted[mask] == labels[:, 1:][mask]).float().mean().item()
+    return copy_accuracy(model, *copy_batch(word_ids, 64, span, generator))
 
 
 COPY_PRETRAINING_FILE = "copy_pretraining.json"
@@ -237,13 +275,20 @@ def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) 
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
-    copy_accuracy = None
+    accuracy = None
+    if preset.induction_circuit:
+        set_induction_circuit(model, seed=seed)
     if preset.copy_steps:
-        copy_accuracy = pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
-        (out / COPY_PRETRAINING_FILE).write_text(json.dumps({"steps": preset.copy_steps, "span": preset.copy_span,
-                                                             "copy_accuracy": round(copy_accuracy, 4)}) + "\n")
+        accuracy = pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
+    if preset.copy_steps or preset.induction_circuit:  # what the student brings to SFT, on fresh sequences
+        generator = torch.Generator().manual_seed(seed + 1)
+        anywhere = copy_accuracy(model, *far_copy_batch(_word_ids(tokenizer), 32, 512, generator))
+        accuracy = anywhere if accuracy is None else accuracy
+        (out / COPY_PRETRAINING_FILE).write_text(json.dumps({
+            "steps": preset.copy_steps, "span": preset.copy_span, "induction_circuit": preset.induction_circuit,
+            "copy_accuracy": round(accuracy, 4), "copy_accuracy_any_distance": round(anywhere, 4)}) + "\n")
     model.save_pretrained(out)
-    return copy_accuracy
+    return accuracy
 
 
 def _build(out: Path) -> None:
@@ -394,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tmp = Path(tempfile.mkdtemp(dir=args.out.parent if args.out.parent.is_dir() else None, prefix=".build-"))
     try:
-        copy_accuracy = build_model(tmp, texts, preset, seed=args.seed)
+        build_model(tmp, texts, preset, seed=args.seed)
         shutil.rmtree(args.out, ignore_errors=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(tmp), args.out)
@@ -403,10 +448,14 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig, AutoTokenizer
 
     config, tokenizer = AutoConfig.from_pretrained(args.out), AutoTokenizer.from_pretrained(args.out)
+    copying = json.loads((args.out / COPY_PRETRAINING_FILE).read_text()) if (args.out / COPY_PRETRAINING_FILE).exists() else None
+    how = (("an induction circuit set by hand" if preset.induction_circuit else "")
+           + (" and " if preset.induction_circuit and preset.copy_steps else "")
+           + (f"copy pretraining {preset.copy_steps} steps of span {preset.copy_span}" if preset.copy_steps else ""))
     print(f"built {args.preset} in {args.out}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"vocab {len(tokenizer)} (tokenizer trained on {records} records), seed {args.seed}"
-          + (f", copy pretraining {preset.copy_steps} steps of span {preset.copy_span}: copy accuracy {copy_accuracy:.3f} on fresh "
-             f"sequences" if copy_accuracy is not None else ""))
+          + (f", {how}: copy accuracy {copying['copy_accuracy']:.3f} on fresh sequences, "
+             f"{copying['copy_accuracy_any_distance']:.3f} at random distances" if copying else ""))
     return 0
 
 

@@ -4,7 +4,7 @@
     make learn ARGS="--config configs/sft/learn-bash.yaml"   # the bash-tool harness, outputs/learn-bash
     python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
-                            [--copy_steps N]
+                            [--student PRESET] [--copy_steps N]
 
 The harness is the config's `eval_agent` (common/harnesses.py): `terminus-2` (Terminus-2's JSON keystrokes,
 learn.yaml) or `bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are
@@ -14,8 +14,10 @@ Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-ba
   tasks/train, tasks/heldout   procedural Harbor tasks (harbor_tasks/generate.py), train and eval seeds disjoint
   teacher/                     the harness's agent driven by the scripted teacher on every train task
                                (eval/scripted_teacher.py --collect --agent <eval_agent>)
-  student-init/                the student before SFT: random init, copy-pretrained on synthetic repeated spans (no
-                               task text), its tokenizer trained on the teacher trajectories (student_corpus)
+  student-init/                the student before SFT (--student, a preset of modeling/tiny_model.py): random init,
+                               copy-pretrained on synthetic repeated spans (no task text; `student`) or an induction
+                               circuit set by hand (`student-induction`, the deep families'), its tokenizer trained on
+                               the teacher trajectories (student_corpus)
   student-corpus.jsonl         bash-tool harness only: the trajectories with the tool preamble the chat template
                                adds as their system message, what the tokenizer is trained on (student_corpus)
   checkpoint-N/                SFT checkpoints (recipes/sft.py with the config), each evaluated on tasks/heldout with
@@ -56,6 +58,9 @@ from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
 DEEP_CONFIG = REPO / "configs" / "sft" / "learn-deep.yaml"  # the default when --families names a deep family
+# the student presets (modeling/tiny_model.py): a deep task's values are a different distance back every time, and
+# the copy-pretrained student copies at one distance only; the deep families get one that copies from any distance
+STUDENT, DEEP_STUDENT = "student", "student-induction"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,14 +77,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--families", help=f"comma-separated sets ({', '.join(SETS)}) and families (python -m "
                         "harbor_tasks.generate --list); default: the shallow set")
     parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
+    parser.add_argument("--student", help=f"the student's preset in modeling/tiny_model.py (default: {STUDENT}; "
+                        f"{DEEP_STUDENT} when --families names a deep family)")
     parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps of the student (default: the "
                         "student preset's, modeling/tiny_model.py)")
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
     args = parser.parse_args(argv)
+    deep = any(FAMILIES[name].set != "shallow" for name in checked_families(args.families))
     if args.config is None:
-        deep = any(FAMILIES[name].set != "shallow" for name in checked_families(args.families))
         args.config = DEEP_CONFIG if deep else DEFAULT_CONFIG
+    if args.student is None:
+        args.student = DEEP_STUDENT if deep else STUDENT
+    from modeling.tiny_model import PRESETS
+
+    if args.student not in PRESETS:
+        parser.error(f"--student {args.student}: not a preset of modeling/tiny_model.py; choose from "
+                     f"{', '.join(sorted(PRESETS))}")
     return args
 
 
@@ -176,13 +190,13 @@ def main(argv=None) -> int:
     teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency, agent=agent)
     done()
 
-    done = stage("student model (copy-pretrained; tokenizer from the teacher trajectories)", timings)
+    done = stage(f"student model ({args.student}; tokenizer from the teacher trajectories)", timings)
     from modeling.tiny_model import COPY_PRETRAINING_FILE
     from modeling.tiny_model import main as build_student
 
     copy_steps = [] if args.copy_steps is None else ["--copy_steps", str(args.copy_steps)]
     corpus = student_corpus(out / "teacher", out / "student-corpus.jsonl")
-    if build_student(["--out", str(out / "student-init"), "--corpus", str(corpus), "--preset", "student",
+    if build_student(["--out", str(out / "student-init"), "--corpus", str(corpus), "--preset", args.student,
                       *copy_steps]):
         raise ConfigError(f"could not build the student from {out / 'teacher'} (see above)")
     done()
@@ -230,7 +244,7 @@ def main(argv=None) -> int:
         "families": families, "harness": agent, "teacher": {"trials": teacher["metrics"].get("n_trials"),
                                           "solved": teacher["metrics"].get("mean_reward"),
                                           "job": teacher["harbor_job_dir"]},
-        "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
+        "student": args.student, "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
         "heldout_curve": curve, "overfit_mean_reward": overfit["metrics"].get("mean_reward") if overfit else None,
         **beside,
         "overlap": {key: sft.get(key) for key in ("decontaminated_against", "decontaminated", "template_overlap")},
@@ -249,8 +263,9 @@ def main(argv=None) -> int:
           f"{summary['overlap']['decontaminated']} contaminated records dropped, {summary['overlap']['template_overlap']} "
           "share only the family templates (held out means new values)")
     if summary["student_copy_pretraining"]:
-        print("student copy pretraining: {steps} steps, copy accuracy {copy_accuracy}".format(
-            **summary["student_copy_pretraining"]))
+        print("student ({student}): copy pretraining {steps} steps, copy accuracy {copy_accuracy}, at random "
+              "distances {copy_accuracy_any_distance}".format(student=args.student, **{
+                  "copy_accuracy_any_distance": None, **summary["student_copy_pretraining"]}))
     print("held-out pass rate by step: " + ", ".join(f"{step}: {score}" for step, score in curve))
     if overfit:
         print(f"final model on {min(args.overfit_tasks, args.train_tasks)} train instances: "
