@@ -27,8 +27,8 @@ from chat_corpus.sources import Source, load_source
 from common.cache_dir import cache_root
 from common.errors import ConfigError
 from common.model_families import FAMILIES, trl_template_dir
-from modeling.tiny_families import EMBEDDED_FAMILY, TINY_DIMS, TINY_FAMILIES, TinyFamily
 from modeling.induction_circuit import set_induction_circuit
+from modeling.tiny_families import EMBEDDED_FAMILY, TINY_DIMS, TINY_FAMILIES, TinyFamily
 
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-qwen3"
