@@ -239,9 +239,10 @@ def pretrain_copy(model, tokenizer, steps: int, seed: int = 0, rows: int = 16, s
 COPY_PRETRAINING_FILE = "copy_pretraining.json"
 
 
-def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) -> float | None:
-    """A tokenizer trained on `texts` and a Qwen3 of the preset's size, randomly initialised (then copy-pretrained
-    if the preset says so), saved into `out`. Returns the copy accuracy (None without copy pretraining)."""
+def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) -> dict | None:
+    """A tokenizer trained on `texts` and a Qwen3 of the preset's size, randomly initialised (then given its copy
+    circuit or copy-pretrained if the preset says so), saved into `out`. Returns what it wrote to
+    COPY_PRETRAINING_FILE (None for a preset that does neither)."""
     import torch
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
@@ -275,20 +276,20 @@ def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) 
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
-    accuracy = None
+    record = None
     if preset.induction_circuit:
         set_induction_circuit(model, seed=seed)
-    if preset.copy_steps:
-        accuracy = pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
+    at_span = (pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
+               if preset.copy_steps else None)
     if preset.copy_steps or preset.induction_circuit:  # what the student brings to SFT, on fresh sequences
         generator = torch.Generator().manual_seed(seed + 1)
         anywhere = copy_accuracy(model, *far_copy_batch(_word_ids(tokenizer), 32, 512, generator))
-        accuracy = anywhere if accuracy is None else accuracy
-        (out / COPY_PRETRAINING_FILE).write_text(json.dumps({
-            "steps": preset.copy_steps, "span": preset.copy_span, "induction_circuit": preset.induction_circuit,
-            "copy_accuracy": round(accuracy, 4), "copy_accuracy_any_distance": round(anywhere, 4)}) + "\n")
+        record = {"steps": preset.copy_steps, "span": preset.copy_span, "induction_circuit": preset.induction_circuit,
+                  "copy_accuracy": round(anywhere if at_span is None else at_span, 4),
+                  "copy_accuracy_any_distance": round(anywhere, 4)}
+        (out / COPY_PRETRAINING_FILE).write_text(json.dumps(record) + "\n")
     model.save_pretrained(out)
-    return accuracy
+    return record
 
 
 def _build(out: Path) -> None:
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tmp = Path(tempfile.mkdtemp(dir=args.out.parent if args.out.parent.is_dir() else None, prefix=".build-"))
     try:
-        build_model(tmp, texts, preset, seed=args.seed)
+        copying = build_model(tmp, texts, preset, seed=args.seed)
         shutil.rmtree(args.out, ignore_errors=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(tmp), args.out)
@@ -448,7 +449,6 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig, AutoTokenizer
 
     config, tokenizer = AutoConfig.from_pretrained(args.out), AutoTokenizer.from_pretrained(args.out)
-    copying = json.loads((args.out / COPY_PRETRAINING_FILE).read_text()) if (args.out / COPY_PRETRAINING_FILE).exists() else None
     how = (("an induction circuit set by hand" if preset.induction_circuit else "")
            + (" and " if preset.induction_circuit and preset.copy_steps else "")
            + (f"copy pretraining {preset.copy_steps} steps of span {preset.copy_span}" if preset.copy_steps else ""))

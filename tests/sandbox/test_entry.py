@@ -195,11 +195,13 @@ def read(path):
         return open(path, "rb").read().decode(errors="replace") if "/fd/" not in path else os.readlink(path)
     except OSError:
         return ""
+def status_of(pid):
+    return dict(l.split(":\t", 1) for l in read(f"/proc/{pid}/status").splitlines() if ":\t" in l)
 while time.monotonic() < end:
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or pid in seen or int(pid) == os.getpid():
             continue
-        status = dict(l.split(":\t", 1) for l in read(f"/proc/{pid}/status").splitlines() if ":\t" in l)
+        status = status_of(pid)
         if not status or status["Name"].strip() == "sandbox-init":
             continue
         seen.add(pid)
@@ -217,8 +219,7 @@ while time.monotonic() < end:
         # the name again after the fds: a child that exec'd meanwhile holds its new program's files (its loader's
         # libc, its locale), not the helper's; exec renames a process once and never back, so both names agree
         # only where every fd read was the helper's
-        still = dict(l.split(":\t", 1) for l in read(f"/proc/{pid}/status").splitlines() if ":\t" in l)
-        helper = status["Name"].strip() == still.get("Name", "").strip() == "sandbox-enter"
+        helper = status["Name"].strip() == status_of(pid).get("Name", "").strip() == "sandbox-enter"
         found += [f"{pid} {status['Name'].strip()} holds {link}" for link in links[1:]
                   if helper and link.split(": ")[0].rsplit("/", 1)[1] not in "012"]
 print(json.dumps({"seen": len(seen), "found": sorted(set(found))}))
