@@ -35,7 +35,8 @@ def test_the_student_copies_from_any_distance_before_training(reader):
     out, stdout = reader
     record = json.loads((out / "copy_pretraining.json").read_text())
     assert record["induction_circuit"] is True and record["steps"] == 0
-    assert record["copy_accuracy_any_distance"] >= 0.5, record
+    # measured 0.90; 0.67 when the query weighted its last two tokens alike (modeling/induction_circuit.py)
+    assert record["copy_accuracy_any_distance"] >= 0.8, record
     assert "an induction circuit set by hand" in stdout and "at random distances" in stdout
     config = json.loads((out / "config.json").read_text())
     assert config["rope_parameters"]["rope_theta"] == 1_000_000.0  # Qwen3's own
@@ -104,4 +105,27 @@ def test_it_matches_on_two_tokens(reader):
         ids[-2:] = torch.stack([x, a])
         with torch.no_grad():
             right += int(model(input_ids=ids[None]).logits[0, -1].argmax() == b)
-    assert right >= 32, right  # measured 34; a one-token match (the first construction) picked b 20 times, c 18
+    assert right >= 32, right  # measured 40 (34 with both tokens weighted alike); a one-token match (the first
+    # construction) picked b 20 times, c 18
+
+
+def test_the_student_is_served_with_the_template_it_is_trained_with(reader):
+    """TRL trains on the student's template as it is (it already is Qwen3's prefix-preserving training twin), and the
+    prompt a server renders for the next turn is the start of what training rendered: earlier turns keep their empty
+    think blocks. Qwen3's own template (the embedded default's) drops them from earlier turns, which the student
+    never saw in training."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    from common.model_families import trl_template_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(reader[0])
+    assert get_training_chat_template(tokenizer) is None
+    turns = [{"role": "user", "content": "task"}, {"role": "assistant", "content": '{"commands": []}'},
+             {"role": "user", "content": "New Terminal Output:\n$ ls"}, {"role": "assistant", "content": "{}"}]
+    trained = tokenizer.apply_chat_template(turns, tokenize=False)
+    assert trained.count("<think>\n\n</think>") == 2
+    assert trained.startswith(tokenizer.apply_chat_template(turns[:3], tokenize=False, add_generation_prompt=True))
+    original = (trl_template_dir() / "qwen3.jinja").read_text(encoding="utf-8")
+    served = tokenizer.apply_chat_template(turns[:3], tokenize=False, add_generation_prompt=True, chat_template=original)
+    assert not trained.startswith(served)
