@@ -147,7 +147,8 @@ def student_corpus(teacher: Path, out: Path) -> Path:
     records = load_source(Source(path=str(teacher)), split_key="metadata.source_trajectory_uid").records
     if not any(record.get("tools") for record in records):
         return teacher
-    # the student's chat template (modeling/tiny_model.py: TRL's Qwen3 template, byte for byte)
+    # the tools preamble as the student's template renders it (modeling/tiny_model.py: Qwen3's training twin, whose
+    # system message is Qwen3's own, byte for byte)
     template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
     with out.open("w") as file:
         for record in records:
