@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn.py), like
 
 from common.errors import ConfigError  # noqa: E402
 from common.harnesses import TERMINUS_2_HARNESS, UnknownHarness, harness_named  # noqa: E402
+from common.model_families import trl_template_dir  # noqa: E402
 from eval import settings as eval_settings  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from eval.results import results_file  # noqa: E402
@@ -130,16 +131,15 @@ def harness(config: dict, config_path: Path | str = "the config") -> str:
                           "one harness") from None
 
 
-def student_corpus(teacher: Path, out: Path) -> Path:
+def student_corpus(teacher: Path, out: Path, chat_template: str) -> Path:
     """What the student's tokenizer is trained on: the teacher's trajectories as the model sees them. Trajectories
     with tools (the bash-tool harness) are written to `out` with the system message the chat template adds for
     their tools (the tool's schema and how to call it, ~350 tokens of lines that are in no record's strings), so the
     tokenizer learns those lines as single tokens, as it learns Terminus-2's prompt lines (one token per frequent
     line, modeling/tiny_model.py). Without it the instruction starts ~350 tokens into every sequence, where the copy
     circuit of copy pretraining (sequences of ~100 tokens) does not reach: measured, copy accuracy 1.0 at position 0,
-    0.004 behind 200 tokens; the student never learned to copy a name (held-out 0.03). Without tools: `teacher`."""
-    import importlib.resources
-
+    0.004 behind 200 tokens; the student never learned to copy a name (held-out 0.03). Without tools: `teacher`.
+    `chat_template`: the student's (its preset's, a TRL template name)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
     from chat_corpus.sources import Source, load_source
@@ -147,9 +147,7 @@ def student_corpus(teacher: Path, out: Path) -> Path:
     records = load_source(Source(path=str(teacher)), split_key="metadata.source_trajectory_uid").records
     if not any(record.get("tools") for record in records):
         return teacher
-    # the tools preamble as the student's template renders it (modeling/tiny_model.py: Qwen3's training twin, whose
-    # system message is Qwen3's own, byte for byte)
-    template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
+    template = (trl_template_dir() / f"{chat_template}.jinja").read_text(encoding="utf-8")
     with out.open("w") as file:
         for record in records:
             tools = json.loads(record["tools"]) if isinstance(record.get("tools"), str) else record.get("tools")
@@ -192,11 +190,11 @@ def main(argv=None) -> int:
     done()
 
     done = stage(f"student model ({args.student}; tokenizer from the teacher trajectories)", timings)
-    from modeling.tiny_model import COPY_PRETRAINING_FILE
+    from modeling.tiny_model import COPY_PRETRAINING_FILE, PRESETS
     from modeling.tiny_model import main as build_student
 
     copy_steps = [] if args.copy_steps is None else ["--copy_steps", str(args.copy_steps)]
-    corpus = student_corpus(out / "teacher", out / "student-corpus.jsonl")
+    corpus = student_corpus(out / "teacher", out / "student-corpus.jsonl", PRESETS[args.student].chat_template)
     if build_student(["--out", str(out / "student-init"), "--corpus", str(corpus), "--preset", args.student,
                       *copy_steps]):
         raise ConfigError(f"could not build the student from {out / 'teacher'} (see above)")
