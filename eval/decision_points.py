@@ -63,6 +63,26 @@ def _trial(row: dict, index: int) -> dict:
             "rounds": None, "exception": None, "outcome": SCORED, "infra_kind": None, "tamper": None}
 
 
+async def answer_and_score(http: httpx.AsyncClient, client: RewardClient, row: dict, base_url: str, model: str,
+                           temperature: float, max_tokens: int, family) -> tuple[float | None, str | None, str]:
+    """One answer of the served model to `row`'s conversation, scored by the reward server's /verify against the row:
+    (reward, None, ""), or (None, "model" | "verify", why) when the model call or the verify did not come back with
+    a score (an infrastructure failure, never a 0)."""
+    body = {"model": model, "messages": row["responses_create_params"]["input"], "temperature": temperature,
+            "max_tokens": max_tokens}
+    try:
+        reply = await http.post(f"{base_url}/chat/completions", json=body, timeout=MODEL_TIMEOUT)
+        reply.raise_for_status()
+        message = reply.json()["choices"][0]["message"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
+        return None, "model", f"model call to {base_url}: {type(err).__name__}: {err}"
+    reasoning, answer = completion_parts([{"role": "assistant", **message}], family)
+    outcome = await client.verify(row, answer, reasoning)
+    if outcome.reward is None:  # the reward server did not score it (failed or masked)
+        return None, "verify", f"verify: {outcome.status} ({outcome.failure_kind}): {outcome.details.get('error', '')}"
+    return outcome.reward, None, ""
+
+
 async def _score_rows(rows: list[dict], base_url: str, model: str, reward_url: str, settings, family) -> list[dict]:
     client = RewardClient(RewardClientConfig(urls=[reward_url], timeout=60.0, retries=2,
                                              max_consecutive_failures=len(rows) + 1))
@@ -72,24 +92,13 @@ async def _score_rows(rows: list[dict], base_url: str, model: str, reward_url: s
     async def one(index: int, row: dict, http: httpx.AsyncClient) -> dict:
         trial = _trial(row, index)
         async with slots:
-            body = {"model": model, "messages": row["responses_create_params"]["input"],
-                    "temperature": settings.temperature, "max_tokens": settings.max_tokens}
-            try:
-                reply = await http.post(f"{base_url}/chat/completions", json=body, timeout=MODEL_TIMEOUT)
-                reply.raise_for_status()
-                message = reply.json()["choices"][0]["message"]
-            except (httpx.HTTPError, ValueError, KeyError, IndexError) as err:
-                trial.update(outcome=INFRA_FAILURE, infra_kind="sandbox",
-                             exception=f"model call to {base_url}: {type(err).__name__}: {err}")
-                bar.update()
-                return trial
-            reasoning, answer = completion_parts([{"role": "assistant", **message}], family)
-            outcome = await client.verify(row, answer, reasoning)
-        if outcome.reward is None:  # the reward server did not score it (failed or masked): never a score
-            trial.update(outcome=INFRA_FAILURE, infra_kind="verifier_tools",
-                         exception=f"verify: {outcome.status} ({outcome.failure_kind}): {outcome.details.get('error', '')}")
+            reward, failed, why = await answer_and_score(http, client, row, base_url, model, settings.temperature,
+                                                         settings.max_tokens, family)
+        if failed is not None:
+            trial.update(outcome=INFRA_FAILURE, infra_kind="sandbox" if failed == "model" else "verifier_tools",
+                         exception=why)
         else:
-            trial["reward"] = outcome.reward
+            trial["reward"] = reward
         bar.update()
         return trial
 

@@ -6,12 +6,15 @@ Runs in: the training venv, on any CPU machine (the model's tokenizer, no GPU).
     python -m trainers.data decontaminate CORPUS... --against SUITE... [--n 13] [--json]
     python -m trainers.data prepare [--config configs/sft/X.yaml] [--num_proc N] [--json] [--key value ...]
     python -m trainers.data pivots --jobs JOBS_DIR [JOBS_DIR ...] --out F.jsonl [--val_fraction X] [--json] [...]
-What each reports and how: docs/formats.md (inspect, render, decontaminate, pivots), docs/scaling.md (prepare).
+    python -m trainers.data profile --rows F.jsonl --out G.jsonl (--model_url URL --model M | --checkpoint DIR) [...]
+What each reports and how: docs/formats.md (inspect, render, decontaminate, pivots), docs/scaling.md (prepare),
+docs/grpo.md#profiling-pivots (profile).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import random
@@ -27,7 +30,11 @@ from chat_corpus.records import RecordError
 from chat_corpus.sft_corpus import CorpusArguments
 from chat_corpus.sources import FORMATS, Source, load_source, to_record
 from common.errors import UserError
+from eval.decision_points import read_rows
+from eval.serve import checkpoint_family, resolve_checkpoint, serve_checkpoint
 from modeling.tiny_model import resolve_model
+from rewards.local import local_reward_server
+from trainers import profiling
 from trainers.recipe_config import DEFAULT_SFT_CONFIG, parse_config
 
 DEFAULT_MODEL = "builtin:tiny-qwen3"
@@ -256,6 +263,39 @@ def pivots_command(args) -> int:
     return 0
 
 
+def profile_command(args) -> int:
+    options = profiling.ProfileOptions(k=args.k, keep=args.keep, max_mean=args.max_mean, temperature=args.temperature,
+                                       max_tokens=args.max_tokens, concurrency=args.concurrency)
+    if (args.model_url is None) == (args.checkpoint is None):
+        print("error: pass --model_url URL --model M (any OpenAI-compatible server: vLLM, python -m eval.serve) or "
+              "--checkpoint DIR (served here for the run), not both", file=sys.stderr)
+        return 2
+    if args.model_url is not None and not args.model:
+        print(f"error: --model_url {args.model_url} needs --model (the served name its requests ask for)",
+              file=sys.stderr)
+        return 2
+    try:
+        rows = read_rows(args.rows)
+        with contextlib.ExitStack() as stack:
+            model_url, model, family = args.model_url, args.model, None
+            if args.checkpoint is not None:
+                family = checkpoint_family(resolve_checkpoint(args.checkpoint))
+                served = stack.enter_context(serve_checkpoint(args.checkpoint))
+                model_url, model = served.base_url, served.model
+            reward_url = args.reward_url or stack.enter_context(local_reward_server(args.reward_server_config))
+            profiling.check_endpoints(model_url, model, reward_url)
+            report = profiling.profile_rows(rows, args.out, model_url, model, reward_url, options, family)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(profiling.summary_lines(report, options)))
+    return 0
+
+
 def prepare_command(argv: list[str]) -> int:
     """`prepare`: the recipe's config parsed by the recipe's parser, on CPU (a GPU config's bf16 and devices do
     not apply: the key has none of them), then the corpus prepared into its cache entry."""
@@ -364,6 +404,32 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--skip_invalid", action="store_true",
                        help="leave out (and count) trials whose trajectory.json cannot be read, instead of stopping")
     build.add_argument("--json", action="store_true", help="print the summary as JSON")
+    profile = commands.add_parser("profile", help="PivotRL's filter: K samples of the starting policy per pivot row, "
+                                  "scored by /verify; keep the rows whose rewards vary", description=(
+        "K samples per row from an OpenAI-compatible endpoint, each scored through the reward server's /verify; mean, "
+        "std and K in each row's metadata.profile; resumable. Rules: docs/grpo.md#profiling-pivots."))
+    profile.add_argument("--rows", required=True, metavar="F.jsonl", help="pivot rows (trainers.data pivots, or the "
+                         "Nemotron-RL-Agentic-Terminal-Pivot rows)")
+    profile.add_argument("--out", required=True, metavar="G.jsonl", help="the kept rows; G.progress.jsonl beside it "
+                         "holds every row profiled so far (a rerun skips them)")
+    profile.add_argument("--model_url", default=None, help="an OpenAI-compatible /v1 URL serving the starting policy")
+    profile.add_argument("--model", default=None, help="the served model name (with --model_url)")
+    profile.add_argument("--checkpoint", default=None, help="a checkpoint (or builtin:...) to serve here instead: vLLM "
+                         "where installed, else the CPU server")
+    profile.add_argument("--reward_url", default=None, help="a NeMo Gym compatible /verify server (default: one "
+                         "started on loopback for the run)")
+    profile.add_argument("--reward_server_config", default=None, help="configs/rewards/*.yaml of that local server")
+    profile.add_argument("--k", type=int, default=8, help="samples per row (default: %(default)s)")
+    profile.add_argument("--keep", default="mixed", choices=profiling.KEEP, help=(
+        "mixed: rewards that vary and a mean below --max_mean (PivotRL's filter); hard: a mean below --max_mean; "
+        "all: every row (default: %(default)s)"))
+    profile.add_argument("--max_mean", type=float, default=1.0, help="the difficulty bar: a kept row's mean reward is "
+                         "below it (default: %(default)s; PivotRL's lambda_diff)")
+    profile.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s, "
+                         "GRPO's)")
+    profile.add_argument("--max_tokens", type=int, default=512, help="tokens per sample (default: %(default)s)")
+    profile.add_argument("--concurrency", type=int, default=8, help="samples in flight (default: %(default)s)")
+    profile.add_argument("--json", action="store_true", help="print the summary as JSON")
     commands.add_parser("prepare", add_help=False, help="prepare an SFT config's corpus into the cache its run loads "
                         "(python -m trainers.data prepare --help)")
     args = parser.parse_args(argv)
@@ -372,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         return decontaminate_command(args)
     if args.command == "pivots":
         return pivots_command(args)
+    if args.command == "profile":
+        return profile_command(args)
     try:
         if args.command == "render" or not args.no_tokens:
             args.tokenizer = _load_tokenizer(args.model_name_or_path, chat_template_path=args.chat_template_path)
