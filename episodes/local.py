@@ -27,15 +27,10 @@ from common.bash_harness import (
     harness_prompt,
     timeout_message,
 )
-from harbor_tasks.evidence import TESTS_DIR, VerifierWatch
+from harbor_tasks.evidence import VerifierWatch
 from harbor_tasks.folder import TaskFolder
-from harbor_tasks.verdict import (
-    AGENT_FAILURE,
-    VERIFIER_DIR,
-    Verdict,
-    infra_failure,
-    judge_verifier_run,
-)
+from harbor_tasks.verdict import AGENT_FAILURE, Verdict, infra_failure
+from harbor_tasks.verifier_run import run_tests
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
@@ -255,41 +250,15 @@ class SandboxEpisode:
                                   f"({self._limits.episode_wall_sec:g} s) with limit_outcome: mask")
                 return None
         task = TaskFolder.of(self._task)
-        timeout = task.verifier_timeout_sec
         started = time.monotonic()
-        timed_out, output, watch = False, "", self._watch
         try:
-            # what the agent did to the verifier's paths is recorded (harbor_tasks.evidence), then the folder is made
-            # fresh and the tests uploaded; the output is the harness's capture, the reward read from the host
-            watch.check_paths()
-            # as Harbor does: the harness's steps as root, the tests as the task's default user (its final USER)
-            self._box.exec(f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR} && "
-                           f"chmod 777 {VERIFIER_DIR}", timeout_sec=30, user="root")
-            self._box.upload_dir(tests, TESTS_DIR)
-            watch.expect_tests([tests])
-            self._box.exec(f"[ -x {TESTS_DIR}/test.sh ] || chmod +x {TESTS_DIR}/test.sh", timeout_sec=30, user="root")
-            watch.before_verifier()
-            mark = self._box.network_mark()
-            try:
-                # as Harbor runs it: the script itself (its shebang's interpreter, not a bash looked up on PATH)
-                output = self._box.exec(f"{TESTS_DIR}/test.sh 2>&1", timeout_sec=timeout, until_exit=True).stdout
-            except SandboxExecTimeoutError:
-                timed_out = True
-            reward_json, reward_txt = watch.after_verifier()
-            self._verifier_output = output
-            verifier_names = self._box.names_asked(mark, commands_only=True)
-            agent_names = self._box.names_asked(0, until=mark)
+            verdict, output = run_tests(self._box, self._watch, tests, task.verifier_timeout_sec,
+                                        task.internet_declared)
         except (SandboxError, OSError) as err:
-            watch.abandon()
             return self._fail(infra_failure(err, "sandbox"))
         finally:
             self._stats.verify_seconds.append(time.monotonic() - started)
-        # the same verdict the eval side reaches from the same evidence (harbor_tasks.verdict); the sandbox has no
-        # network, so a task that declares internet and an agent that asked for names is the missing network's
-        verdict = judge_verifier_run(reward_json, reward_txt, output, timed_out=timed_out,
-                                     verifier_names=verifier_names, agent_names=agent_names,
-                                     internet_allowed=task.internet_declared, tamper=watch.tamper,
-                                     absent_tools=watch.absent_tools)
+        self._verifier_output = output
         self._verdict = verdict
         if verdict.infra_kind is not None:
             return self._fail(verdict)
