@@ -25,6 +25,8 @@ from harbor_tasks.verdict import INFRA_FAILURE, SCORED, read_tamper_dir, trial_v
 HARNESS = "terminus_2"
 TERMINUS_2 = ("terminus-2", "terminus_2")  # the trajectory's agent.name
 DEFAULT_AGENT_NAME = "terminus_judge_string_only_simple_agent"  # NVIDIA's name for the pivot set's reward (string-only)
+# the reward environments a row can name, and the agent_ref name each gets by default
+ENVIRONMENT_AGENT_NAMES = {"terminus_judge": DEFAULT_AGENT_NAME, "terminus_functional": "terminus_functional_simple_agent"}
 MAX_PER_TASK = 5
 MAX_KEYSTROKE_CHARS = MAX_SIMILARITY_CHARS  # longer actions would be scored on a prefix of their keystrokes
 # Terminus-2's question after a first task_complete; the turn that answers it is not a decision worth a row
@@ -43,7 +45,7 @@ INFRA_PATTERNS = (
 ROW_RULES = ("context_summarized", "invalid_action", "confirmation", "infra_observation", "long_keystrokes",
              "repeated_prompt")
 TRAJECTORY_RULES = ("other_agent", "xml_parser", "invalid_trajectory", "infra_failure", "no_reward",
-                    "below_min_reward", "tampered", "over_task_cap")
+                    "below_min_reward", "tampered", "no_task_folder", "over_task_cap")
 
 
 @dataclass
@@ -57,6 +59,7 @@ class PivotOptions:
     seed: int = 0
     skip_invalid: bool = False
     threshold: float | None = None  # the rows' `threshold` (the similarity terminus_judge requires); None: none
+    environment: str = "terminus_judge"  # terminus_functional: rows carry their task folder and the teacher's keystrokes
 
 
 @dataclass
@@ -76,6 +79,7 @@ class Trajectory:
     turns_from: str  # the Harbor record the turns were read from (TURN_RECORDS)
     cut: int  # turns past it followed a context summarization (the chat was rebuilt; no record of it)
     host_paths: list[str] = field(default_factory=list)
+    task_dir: str | None = None  # the task folder the trial ran (its config), where it is on this machine
 
 
 TURN_RECORDS = ("all_messages", "episode_files", "trajectory_raw", "trajectory_rebuilt")
@@ -287,11 +291,17 @@ def read_trajectory(trial_dir: Path, options: PivotOptions) -> Trajectory:
         turns = [Turn(prompt, text) for prompt, (text, _) in zip(prompts, sent)]
         turns_from = "trajectory_raw" if all(raw for _, raw in sent) else "trajectory_rebuilt"
     name = result.get("trial_name") or trial_dir.name
+    task_dir = ((result.get("config") or {}).get("task") or {}).get("path")
+    if options.environment == "terminus_functional":
+        if not isinstance(task_dir, str) or not (Path(task_dir) / "tests" / "test.sh").is_file():
+            raise _Drop("no_task_folder")  # its functional reward rebuilds the task: the folder must be here
+        task_dir = str(Path(task_dir).resolve())
     return Trajectory(
         trial_dir=trial_dir, uid=str(result.get("id") or data.get("session_id") or name),
         task=str(result.get("task_name") or trial_dir.name.split("__")[0]), trial_name=str(name),
         run_id=str((result.get("config") or {}).get("job_id") or trial_dir.parent.name),
-        turns=turns, turns_from=turns_from, cut=cut, host_paths=_host_paths(trial_dir, result))
+        turns=turns, turns_from=turns_from, cut=cut, host_paths=_host_paths(trial_dir, result),
+        task_dir=task_dir if isinstance(task_dir, str) else None)
 
 
 def parse_action(text: str) -> tuple[str, dict] | None:
@@ -325,6 +335,8 @@ class _Rows:
     def of(self, trajectory: Trajectory) -> list[dict]:
         rows, leaked = [], False
         messages: list[dict] = []
+        # every turn's keystrokes, as the terminal received them (an invalid action typed nothing)
+        typed = [keystrokes(parsed[1]) if (parsed := parse_action(turn.response)) else [] for turn in trajectory.turns]
         for index, turn in enumerate(trajectory.turns):
             messages.append({"role": "user", "content": turn.prompt})
             leaked = leaked or self._infra(turn.prompt, trajectory.host_paths)
@@ -333,6 +345,10 @@ class _Rows:
             if rule:
                 self.report.dropped_rows[rule] += 1
             else:
+                if self.options.environment == "terminus_functional":
+                    row["metadata"].update(task_dir=trajectory.task_dir,
+                                           prefix_keystrokes=[k for keys in typed[:index] for k in keys],
+                                           remaining_keystrokes=[k for keys in typed[index + 1:] for k in keys])
                 rows.append(row)
             messages.append({"role": "assistant", "content": turn.response})
         return rows

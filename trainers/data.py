@@ -219,12 +219,13 @@ def decontaminate_command(args) -> int:
 
 
 def pivots_command(args) -> int:
-    from rewards.environments import AGENT_NAMES  # the names our reward server routes to terminus_judge
+    from rewards.environments import AGENT_NAMES  # the agent_ref names our reward server routes, to which environment
 
     problems = []
-    if args.agent_name not in AGENT_NAMES or AGENT_NAMES[args.agent_name] != "terminus_judge":
-        routed = sorted(name for name, env in AGENT_NAMES.items() if env == "terminus_judge")
-        problems.append(f"--agent_name {args.agent_name}: not a name the reward server routes to terminus_judge "
+    args.agent_name = args.agent_name or pivots.ENVIRONMENT_AGENT_NAMES[args.environment]
+    if AGENT_NAMES.get(args.agent_name) != args.environment:
+        routed = sorted(name for name, env in AGENT_NAMES.items() if env == args.environment)
+        problems.append(f"--agent_name {args.agent_name}: not a name the reward server routes to {args.environment} "
                         f"(one of {', '.join(routed)})")
     if not 0 <= args.val_fraction < 1:
         problems.append(f"--val_fraction {args.val_fraction}: must be in [0, 1)")
@@ -244,7 +245,7 @@ def pivots_command(args) -> int:
                                   max_keystroke_chars=args.max_keystroke_chars,
                                   infra_patterns=tuple(args.infra_pattern), agent_name=args.agent_name,
                                   val_fraction=args.val_fraction, seed=args.seed, skip_invalid=args.skip_invalid,
-                                  threshold=args.threshold)
+                                  threshold=args.threshold, environment=args.environment)
     try:
         train, val, report = pivots.build_pivots(args.jobs, options)
     except UserError as err:
@@ -393,8 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--infra_pattern", action="append", default=[], metavar="REGEX", help=(
         "a regular expression of collection-infrastructure output, added to the built-in list; rows whose "
         "conversation shows a match are left out (repeatable)"))
-    build.add_argument("--agent_name", default=pivots.DEFAULT_AGENT_NAME,
-                       help="agent_ref.name of the rows, routed to terminus_judge (default: %(default)s)")
+    build.add_argument("--environment", default="terminus_judge", choices=sorted(pivots.ENVIRONMENT_AGENT_NAMES),
+                       help=("the reward the rows are for: terminus_judge (string similarity to the teacher's action) "
+                             "or terminus_functional (the action judged by its effect in the task: each row also "
+                             "carries its task folder and the teacher's keystrokes before and after it; trials whose "
+                             "task folder is not on this machine are dropped as no_task_folder) (default: %(default)s)"))
+    build.add_argument("--agent_name", default=None,
+                       help=("agent_ref.name of the rows, routed to --environment (default: "
+                             f"{pivots.DEFAULT_AGENT_NAME}; terminus_functional_simple_agent for terminus_functional)"))
     build.add_argument("--threshold", type=float, default=None, help=(
         "each row's `threshold`: the keystroke similarity terminus_judge requires for reward 1 (the server's "
         "default, 0.9 string-only, where unset; 1.0: the teacher's keystrokes exactly)"))

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from rewards.environments.base import Environment, EnvironmentConfig
 from rewards.environments.multichallenge import MultiChallenge
+from rewards.environments.terminus_functional import TerminusFunctional
 from rewards.environments.terminus_judge import TerminusJudge
 from rewards.environments.verifif import VerifIF
 
-ENVIRONMENTS: dict[str, type[Environment]] = {cls.name: cls for cls in (TerminusJudge, MultiChallenge, VerifIF)}
+ENVIRONMENTS: dict[str, type[Environment]] = {cls.name: cls for cls in (TerminusJudge, TerminusFunctional, MultiChallenge,
+                                                                        VerifIF)}
 
 
 def _agent_names() -> dict[str, str]:

@@ -416,3 +416,41 @@ def test_each_row_is_what_terminus_2_sent_at_that_turn(teacher_job, tmp_path, re
         row["metadata"].pop("turns_from")
     assert rebuilt == originals
     assert_teacher_scores_one(reward_url, originals)
+
+
+def test_functional_rows_carry_their_task_folder_and_the_teachers_keystrokes(tmp_path):
+    """--environment terminus_functional: a trial whose task folder is on this machine gives rows with the folder and
+    the teacher's keystrokes before and after each turn (the row's own action between them); one whose folder is not
+    here is dropped and counted (its reward could not rebuild it)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    task = tmp_path / "tasks" / "csv-pipeline"
+    (task / "tests").mkdir(parents=True)
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n")
+
+    def here(result):
+        result.setdefault("config", {}).setdefault("task", {})["path"] = str(task)
+
+    def gone(result):
+        result.setdefault("config", {}).setdefault("task", {})["path"] = str(tmp_path / "nowhere")
+
+    copy_trial(SAMPLE / CSV, job, "csv-here", result_edit=here)
+    copy_trial(SAMPLE / MAKE, job, "make-gone", result_edit=gone)
+    options = PivotOptions(environment="terminus_functional", agent_name="terminus_functional_simple_agent",
+                           max_per_task=0)
+    rows, _, report = build_pivots([str(job)], options)
+    assert report.kept_trajectories == 1 and report.dropped_trajectories["no_task_folder"] == 1
+    assert rows and {row["metadata"]["task_dir"] for row in rows} == {str(task.resolve())}
+    assert {AGENT_NAMES[row["agent_ref"]["name"]] for row in rows} == {"terminus_functional"}
+    typed = [json.loads(m["content"]) for m in rows[-1]["responses_create_params"]["input"] if m["role"] == "assistant"]
+    typed = [c["keystrokes"] for action in typed + [json.loads(rows[-1]["expected_answer"])] for c in action["commands"]]
+    for row in rows:
+        meta, own = row["metadata"], [c["keystrokes"] for c in json.loads(row["expected_answer"])["commands"]]
+        whole = meta["prefix_keystrokes"] + own + meta["remaining_keystrokes"]
+        assert whole[:len(typed)] == typed  # every turn's keystrokes in order, the last row's later turns after them
+        earlier = [json.loads(m["content"]) for m in row["responses_create_params"]["input"] if m["role"] == "assistant"]
+        assert meta["prefix_keystrokes"] == [c["keystrokes"] for a in earlier for c in a["commands"]]
+    # the string-similarity rows do not carry them
+    plain, _, _ = build_pivots([str(job)], PivotOptions(max_per_task=0))
+    assert plain and all("task_dir" not in row["metadata"] for row in plain)
+    assert {row["agent_ref"]["name"] for row in plain} == {DEFAULT_AGENT_NAME}

@@ -221,8 +221,8 @@ def test_other_endpoints(server):
     assert server.get("/verify").status_code == 405
     assert server.get("/nope").status_code == 404
     health = server.get("/health").json()
-    assert health == {"status": "ok", "environments": ["terminus_judge", "multichallenge", "verifif"], "judge": False,
-                      "verify_timeout": 180.0}  # the budget the GRPO client derives its timeout from
+    assert health == {"status": "ok", "judge": False, "verify_timeout": 180.0,  # the GRPO client's timeout budget
+                      "environments": ["terminus_judge", "terminus_functional", "multichallenge", "verifif"]}
     metrics = server.get("/metrics").json()
     assert {"requests", "latency", "rewards", "failures", "status"} <= set(metrics)
     assert metrics["latency"]["/verify"]["p50_ms"] > 0 and metrics["rewards"]["terminus_judge"]["mean"] is not None
