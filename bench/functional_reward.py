@@ -109,7 +109,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=dict))
     print(f"{len(batch)} functional scores ({len(points)} decision points x {args.samples}): {cached:.1f} s with the "
-          f"teacher's side cached, {plain:.1f} s without ({report['speedup']}x); rewards {dict(runs['cached'][0]['rewards'])}, "
+          f"teacher's side cached, {plain:.1f} s without ({report['speedup']}x); "
+          f"rewards {dict(runs['cached'][0]['rewards'])}, "
           f"judged by {dict(runs['cached'][0]['judged_by'])}, masked {runs['cached'][0]['masked']} -> {args.out}")
 
 

@@ -26,7 +26,8 @@ HARNESS = "terminus_2"
 TERMINUS_2 = ("terminus-2", "terminus_2")  # the trajectory's agent.name
 DEFAULT_AGENT_NAME = "terminus_judge_string_only_simple_agent"  # NVIDIA's name for the pivot set's reward (string-only)
 # the reward environments a row can name, and the agent_ref name each gets by default
-ENVIRONMENT_AGENT_NAMES = {"terminus_judge": DEFAULT_AGENT_NAME, "terminus_functional": "terminus_functional_simple_agent"}
+ENVIRONMENT_AGENT_NAMES = {"terminus_judge": DEFAULT_AGENT_NAME,
+                           "terminus_functional": "terminus_functional_simple_agent"}
 MAX_PER_TASK = 5
 MAX_KEYSTROKE_CHARS = MAX_SIMILARITY_CHARS  # longer actions would be scored on a prefix of their keystrokes
 # Terminus-2's question after a first task_complete; the turn that answers it is not a decision worth a row
@@ -59,7 +60,7 @@ class PivotOptions:
     seed: int = 0
     skip_invalid: bool = False
     threshold: float | None = None  # the rows' `threshold` (the similarity terminus_judge requires); None: none
-    environment: str = "terminus_judge"  # terminus_functional: rows carry their task folder and the teacher's keystrokes
+    environment: str = "terminus_judge"  # terminus_functional: rows carry their task and the teacher's keystrokes
 
 
 @dataclass

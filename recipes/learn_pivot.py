@@ -4,15 +4,21 @@
     make learn-pivot              # = python recipes/learn_pivot.py; everything in outputs/learn-pivot/
     python recipes/learn_pivot.py [--config configs/grpo/pivot-learn.yaml] [--seed 0] [--start DIR]
                                   [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...] [--threshold 1.0]
+                                  [--reward string|functional] [--profile K [--max_mean M]] [--ablation]
 
 Stage one of NVIDIA's two-stage recipe (pivot RL, then end-to-end agentic RL): at each decision point of a teacher's
 verified trajectory the policy writes the next Terminus-2 action, and string-only terminus_judge scores it against
 the teacher's. `--seed N` moves the train tasks (seed 3+N), the held-out tasks (1003+N) and the trainer's seed
-(42+N) together; the learning run used 1 and 1001, agentic GRPO 2 and 1002. Seed 0 writes the config's output_dir,
-seed N that folder with `-seedN`, each replaced on every run:
+(42+N) together; the learning run used 1 and 1001, agentic GRPO 2 and 1002. PivotRL's two parts are flags: `--reward
+functional` scores each action by its effect in the task (terminus_functional), `--profile K` keeps the train rows
+whose K samples of the start vary (`trainers.data profile`); `--ablation` trains {string, functional} x {unfiltered,
+profiled} from the same tasks and start, each arm in its own folder. Seed 0 writes the config's output_dir, seed N that
+folder with `-seedN`, each replaced on every run:
   tasks/train, tasks/heldout         procedural Harbor tasks of the families (harbor_tasks/generate.py)
   teacher/train, teacher/heldout     the scripted teacher in Terminus-2 (eval.scripted_teacher --collect)
-  pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots)
+  pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots; -functional: for that reward)
+  pivots/train.profiled.jsonl        the rows kept by profiling (--profile K)
+  <reward>-<filter>/                 with --ablation: each arm's checkpoints, curve and summary, as below
   checkpoint-N/                      GRPO checkpoints (recipes/grpo.py with the config), checkpoint-0 the start, each
                                      scored on tasks/heldout (Terminus-2, greedy) and on pivots/heldout.jsonl
   curve.png, learn_pivot_summary.json   eval.compare's plot; seeds, counts, rewards, pass rates, timings, commands
@@ -41,6 +47,9 @@ from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
+# --reward: the environment the rows are built for, the reward server's config, the verify timeout GRPO waits
+REWARDS = {"string": ("terminus_judge", "configs/rewards/terminus_judge_string_only.yaml", 30),
+           "functional": ("terminus_functional", "configs/rewards/terminus_functional.yaml", 180)}
 TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 3, 1003, 42  # + --seed
 
 
@@ -56,6 +65,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=1.0,
                         help="the rows' keystroke similarity for reward 1, train and held-out (default: %(default)s, "
                              "exact: a wrong digit or name fails these tasks yet is 0.9 similar; NVIDIA's set: 0.9)")
+    parser.add_argument("--reward", default="string", choices=sorted(REWARDS), help=(
+        "string: terminus_judge's keystroke similarity to the teacher's action; functional: terminus_functional, the "
+        "action judged by its effect in the task's sandbox (default: %(default)s)"))
+    parser.add_argument("--profile", type=int, default=0, metavar="K", help=(
+        "profile the train rows with K samples of the start each and train on those whose rewards vary (PivotRL's "
+        "filter; 0: train on every row) (default: %(default)s)"))
+    parser.add_argument("--keep", default="mixed", choices=("mixed", "hard"), help=(
+        "with --profile: mixed keeps rows whose rewards vary, hard every row below --max_mean (default: %(default)s)"))
+    parser.add_argument("--max_mean", type=float, default=1.0, help="with --profile: kept rows' mean reward is below "
+                        "this (default: %(default)s)")
+    parser.add_argument("--ablation", action="store_true", help=(
+        "train the four arms {string, functional} x {unfiltered, profiled (K = --profile, else 8)} one after the "
+        "other from the same tasks and start"))
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
@@ -120,42 +142,33 @@ def main(argv=None) -> int:
                for side in ("train", "heldout")}
     done()
 
+    arms = ([(reward, k) for reward in ("string", "functional") for k in (0, args.profile or 8)] if args.ablation
+            else [(args.reward, args.profile)])
     done = stage("decision points (python -m trainers.data pivots)", timings)
-    pivots = {side: build_pivots(teacher[side]["harbor_job_dir"], out / "pivots" / f"{side}.jsonl", args.threshold)
-              for side in ("train", "heldout")}
+    pivots = {}
+    for reward in sorted({reward for reward, _ in arms}):
+        suffix = "" if reward == "string" else f"-{reward}"
+        for side in ("train", "heldout"):
+            pivots[f"{side}{suffix}"] = build_pivots(teacher[side]["harbor_job_dir"],
+                                                     out / "pivots" / f"{side}{suffix}.jsonl", args.threshold,
+                                                     REWARDS[reward][0])
     done()
 
-    done = stage("pivot GRPO (recipes/grpo.py), the start and every save scored on the held-out side", timings)
-    heldout_tasks, heldout_pivots = str(out / "tasks" / "heldout"), str(out / "pivots" / "heldout.jsonl")
-    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
-               "recipes/grpo.py", "--config", str(args.config), "--model_name_or_path", start,
-               "--output_dir", str(out), "--run_name", out.name, "--seed", str(seeds["trainer"]),
-               "--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", heldout_tasks, heldout_pivots,
-               *args.grpo_args]
-    print(" ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO, check=True)
-    grpo = json.loads((out / "run_summary.json").read_text())
-    done()
-
-    done = stage("curves (eval.compare)", timings)
-    rows = collect([out])
-    print_table(rows)
-    plot(rows, out / "curve.png")
-    done()
+    results = {}
+    for reward, k in arms:
+        arm_out = out / f"{reward}-{'profiled' if k else 'unfiltered'}" if args.ablation else out
+        results[arm_out.name] = train_arm(args, config, reward, k, start, seeds, out, arm_out, timings, stage)
+    if args.ablation:  # every arm's curves on one plot
+        plot(collect([out / name for name in results]), out / "curve.png")
 
     summary = {
         "start": start, "seed": args.seed, "seeds": seeds, "families": families, "threshold": args.threshold,
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
         "teacher": {side: {"trials": t["metrics"].get("n_trials"), "solved": t["metrics"].get("mean_reward"),
                            "job": t["harbor_job_dir"]} for side, t in teacher.items()},
-        "pivots": pivots,
-        "heldout_pass_rate": curve(rows, heldout_tasks), "heldout_decision_point_reward": curve(rows, heldout_pivots),
-        "train_reward_by_step": train_rewards(out), "first_action_reward_by_10_steps": first_action_rewards(out),
-        "grpo": {key: grpo.get(key) for key in ("train_prompts", "too_long_filtered", "verify_requests",
-                                                "global_step", "final_loss", "wall_seconds")},
+        "pivots": pivots, **(results[out.name] if not args.ablation else {"arms": results}),
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
-        "commands": {"this": " ".join(["python recipes/learn_pivot.py", *(argv if argv is not None else sys.argv[1:])]),
-                     "grpo": " ".join(command)},
+        "command": " ".join(["python recipes/learn_pivot.py", *(argv if argv is not None else sys.argv[1:])]),
     }
     (out / "learn_pivot_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n=== learn-pivot: done in {summary['total_s'] / 60:.1f} min ("
@@ -164,11 +177,68 @@ def main(argv=None) -> int:
           f"families {','.join(families)}")
     print("decision points: " + ", ".join(f"{side} {p['rows']['written']} from {p['rows']['tasks']} tasks"
                                           for side, p in pivots.items()))
-    print("held-out pass rate by step: " + ", ".join(f"{s}: {v}" for s, v in summary["heldout_pass_rate"]))
-    print("held-out decision-point reward by step: "
-          + ", ".join(f"{s}: {v}" for s, v in summary["heldout_decision_point_reward"]))
+    for name, arm in results.items():
+        label = f"{name}: " if args.ablation else ""
+        if arm.get("profile"):
+            print(f"{label}profiled: {arm['profile']['kept']} of {arm['profile']['rows']} train rows kept "
+                  f"(dropped {arm['profile']['dropped']})")
+        print(f"{label}held-out pass rate by step: " + ", ".join(f"{s}: {v}" for s, v in arm["heldout_pass_rate"]))
+        print(f"{label}held-out decision-point reward by step: "
+              + ", ".join(f"{s}: {v}" for s, v in arm["heldout_decision_point_reward"]))
     print(f"curve {out / 'curve.png'}, summary {out / 'learn_pivot_summary.json'}")
     return 0
+
+
+def train_arm(args, config: dict, reward: str, k: int, start: str, seeds: dict, out: Path, arm_out: Path,
+              timings: dict, stage) -> dict:
+    """One arm: the train rows for `reward` (profiled with the start when `k`), GRPO with that reward, the start and
+    every save scored on the held-out tasks and decision points, the curve; the arm's part of the summary."""
+    environment, reward_config, reward_timeout = REWARDS[reward]
+    suffix = "" if reward == "string" else f"-{reward}"
+    rows, profile = out / "pivots" / f"train{suffix}.jsonl", None
+    if k:
+        done = stage(f"profiling the train rows ({reward} reward, K {k}, the start)", timings)
+        profiled = out / "pivots" / f"train{suffix}.profiled.jsonl"
+        command = [sys.executable, "-m", "trainers.data", "profile", "--rows", str(rows), "--out", str(profiled),
+                   "--checkpoint", start, "--k", str(k), "--keep", args.keep, "--max_mean", str(args.max_mean),
+                   "--temperature", str(config.get("temperature", 1.0)),
+                   "--max_tokens", str(config.get("max_completion_length", 256)),
+                   "--reward_server_config", reward_config, "--json"]
+        print(" ".join(command), flush=True)
+        profile = json.loads(subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout)
+        if not profile["kept"]:
+            raise ConfigError(f"profiling kept none of {rows}'s {profile['rows']} rows (dropped {profile['dropped']}): "
+                              "the start gets every row always or never right; lower --max_mean's bar or pick "
+                              "another --start")
+        rows = profiled
+        done()
+
+    done = stage(f"pivot GRPO (recipes/grpo.py, {reward} reward), the start and every save scored on the held-out "
+                 "side", timings)
+    heldout_tasks, heldout_pivots = str(out / "tasks" / "heldout"), str(out / "pivots" / f"heldout{suffix}.jsonl")
+    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
+               "recipes/grpo.py", "--config", str(args.config), "--model_name_or_path", start,
+               "--output_dir", str(arm_out), "--run_name", arm_out.name, "--seed", str(seeds["trainer"]),
+               "--datasets", str(rows), "--eval_suites", heldout_tasks, heldout_pivots,
+               "--reward_server_config", reward_config, "--reward_timeout", str(reward_timeout), *args.grpo_args]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO, check=True)
+    grpo = json.loads((arm_out / "run_summary.json").read_text())
+    done()
+
+    done = stage("curves (eval.compare)", timings)
+    curves = collect([arm_out])
+    print_table(curves)
+    plot(curves, arm_out / "curve.png")
+    done()
+    return {"reward": reward, "environment": environment, "profile": profile,
+            "train_rows": str(rows), "heldout_pass_rate": curve(curves, heldout_tasks),
+            "heldout_decision_point_reward": curve(curves, heldout_pivots),
+            "train_reward_by_step": train_rewards(arm_out),
+            "first_action_reward_by_10_steps": first_action_rewards(arm_out),
+            "grpo": {key: grpo.get(key) for key in ("train_prompts", "too_long_filtered", "verify_requests",
+                                                    "global_step", "final_loss", "wall_seconds")},
+            "grpo_command": " ".join(command)}
 
 
 if __name__ == "__main__":

@@ -398,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                        help=("the reward the rows are for: terminus_judge (string similarity to the teacher's action) "
                              "or terminus_functional (the action judged by its effect in the task: each row also "
                              "carries its task folder and the teacher's keystrokes before and after it; trials whose "
-                             "task folder is not on this machine are dropped as no_task_folder) (default: %(default)s)"))
+                             "task folder is not on this machine are dropped as no_task_folder) "
+                             "(default: %(default)s)"))
     build.add_argument("--agent_name", default=None,
                        help=("agent_ref.name of the rows, routed to --environment (default: "
                              f"{pivots.DEFAULT_AGENT_NAME}; terminus_functional_simple_agent for terminus_functional)"))

@@ -40,10 +40,13 @@ def stage(run: str, name: str, timings: dict):
     return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
 
 
-def build_pivots(job_dir: str, out: Path, threshold: float) -> dict:
-    """`python -m trainers.data pivots` on one teacher job; its summary (counts per rule)."""
+def build_pivots(job_dir: str, out: Path, threshold: float, environment: str = "terminus_judge") -> dict:
+    """`python -m trainers.data pivots` on one teacher job, rows for `environment`'s reward; its summary (counts per
+    rule)."""
     command = [sys.executable, "-m", "trainers.data", "pivots", "--jobs", job_dir, "--out", str(out),
-               "--threshold", str(threshold), "--json"]
+               "--environment", environment, "--json"]
+    if environment == "terminus_judge":
+        command += ["--threshold", str(threshold)]
     print(" ".join(command), flush=True)
     done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)

@@ -1,12 +1,12 @@
-"""Pivot profiling (PivotRL): K samples of the starting policy on each pivot row, each scored by /verify; keep the rows that teach.
+"""Pivot profiling (PivotRL): K samples of the starting policy per pivot row, scored by /verify; keep rows that teach.
 Runs in: the training venv; `python -m trainers.data profile` calls `profile_rows`.
 
 A row's K rewards give its mean and std (`metadata.profile`). Under GRPO a row whose K rewards agree has zero
 advantage: `--keep mixed` keeps the rows whose rewards vary and whose mean is below `--max_mean`, `hard` every row
 below the bar, `all` every row. A sample whose model call or verify fails is counted, never a 0; a row left with
 fewer than two scored samples is dropped as `infrastructure` (and sampled again by a rerun). Each row's profile is
-appended to OUT.progress.jsonl as it finishes: a rerun with the same model, K, temperature and max_tokens skips it. Rules, counts and the
-recipe for the Nemotron pivot rows on vLLM: docs/grpo.md#profiling-pivots.
+appended to OUT.progress.jsonl as it finishes: a rerun with the same model, K, temperature and max_tokens skips it.
+Rules, counts and the recipe for the Nemotron pivot rows on vLLM: docs/grpo.md#profiling-pivots.
 """
 
 from __future__ import annotations
@@ -126,8 +126,9 @@ def check_endpoints(model_url: str, model: str, reward_url: str) -> None:
         reply.raise_for_status()
         served = [m.get("id") for m in reply.json().get("data", [])]
     except (httpx.HTTPError, ValueError, AttributeError) as err:
-        raise UserError(f"--model_url {model_url}: no OpenAI-compatible server answers GET /models ({type(err).__name__}"
-                        f": {err}); start one (python -m eval.serve --checkpoint DIR, or vLLM) or pass --checkpoint DIR")
+        raise UserError(f"--model_url {model_url}: no OpenAI-compatible server answers GET /models "
+                        f"({type(err).__name__}: {err}); start one (python -m eval.serve --checkpoint DIR, or vLLM) "
+                        "or pass --checkpoint DIR")
     if served and model not in served:
         raise UserError(f"--model {model}: {model_url} serves {', '.join(map(str, served))}; pass one of them")
     try:

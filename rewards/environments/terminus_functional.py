@@ -1,4 +1,4 @@
-"""`terminus_functional`: is the policy's next Terminus action as good as the teacher's, judged by its effect in the task?
+"""`terminus_functional`: is the policy's next Terminus action as good as the teacher's, judged by what it does?
 Runs in: the reward server's process, in the training venv (the local sandbox: Linux namespaces, harbor_tasks).
 
 For a row that names its task (`metadata.task_dir`, the teacher's keystrokes before this turn in

@@ -1,7 +1,9 @@
-"""Pivot GRPO from a start checkpoint end to end (recipes/learn_pivot.py), small: generated tasks -> scripted-teacher
-trajectories on both sides -> decision points (trainers.data pivots) -> recipes/grpo.py with the reward server, the
-start and the last save scored on held-out tasks and held-out decision points -> eval.compare's curve and the
-summary. The scores are reported, not asserted: one step of a random model teaches nothing."""
+"""PivotRL from a start checkpoint end to end (recipes/learn_pivot.py), small: generated tasks -> scripted-teacher
+trajectories on both sides -> decision points for the functional reward (trainers.data pivots --environment
+terminus_functional) -> the train rows profiled with the start (trainers.data profile) -> recipes/grpo.py with the
+functional reward server, the start and the last save scored on held-out tasks and held-out decision points ->
+eval.compare's curve and the summary. The scores are reported, not asserted: one step of a random model teaches
+nothing (and its answers never parse, so profiling keeps the rows below the bar: --keep hard)."""
 
 import json
 import subprocess
@@ -33,7 +35,8 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     start = resolve_model("builtin:tiny-qwen3")
     done = subprocess.run([sys.executable, "recipes/learn_pivot.py", "--config", str(small_config(tmp_path)),
                            "--start", start, "--train_tasks", "3", "--heldout_tasks", "2", "--teacher_concurrency", "3",
-                           "--families", "count-lines,write-value"],
+                           "--families", "count-lines,write-value", "--reward", "functional", "--profile", "2",
+                           "--keep", "hard"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "learn-pivot"
@@ -41,15 +44,22 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     assert summary["start"] == start and summary["seeds"] == {"train": 3, "heldout": 1003, "trainer": 42}
     assert summary["task_seeds"] == {"train": {"3": 3}, "heldout": {"1003": 2}}  # seed -> tasks
     assert summary["teacher"]["train"]["solved"] == 1.0 and summary["teacher"]["heldout"]["trials"] == 2
-    assert summary["pivots"]["train"]["rows"]["written"] == 6 and summary["pivots"]["heldout"]["rows"]["written"] == 4
-    rows = [json.loads(line) for line in (out / "pivots" / "train.jsonl").read_text().splitlines()]
+    pivots = summary["pivots"]
+    assert pivots["train-functional"]["rows"]["written"] == 6 and pivots["heldout-functional"]["rows"]["written"] == 4
+    rows = [json.loads(line) for line in (out / "pivots" / "train-functional.jsonl").read_text().splitlines()]
     assert {row["metadata"]["task"].split("/")[-1].rsplit("-", 2)[0] for row in rows} <= {"count-lines", "write-value"}
-    assert summary["threshold"] == 1.0 and {row["threshold"] for row in rows} == {1.0}  # exact keystrokes by default
+    assert all((Path(row["metadata"]["task_dir"]) / "tests" / "test.sh").is_file() for row in rows)
+    assert {row["agent_ref"]["name"] for row in rows} == {"terminus_functional_simple_agent"}
+    # profiled with the start: 2 samples a row, every one scored (unparsable answers score 0, they are not failures)
+    profile = summary["profile"]
+    assert profile["rows"] == 6 and profile["samples"] == 12 and profile["scored"] == 12 and profile["kept"] == 6
+    assert summary["train_rows"].endswith("train-functional.profiled.jsonl")
+    assert "--reward_server_config configs/rewards/terminus_functional.yaml" in summary["grpo_command"]
     # the start (checkpoint-0) and the one save, each on both held-out suites
     assert [step for step, _ in summary["heldout_pass_rate"]] == [0, 1]
     assert [step for step, _ in summary["heldout_decision_point_reward"]] == [0, 1]
     for checkpoint in ("checkpoint-0", "checkpoint-1"):
-        rows = json.loads((out / checkpoint / "eval_results_heldout.jsonl.json").read_text())
+        rows = json.loads((out / checkpoint / "eval_results_heldout-functional.jsonl.json").read_text())
         assert rows["metrics"]["n_trials"] == 4 and rows["metrics"]["n_infra_errors"] == 0
     assert (out / "curve.png").stat().st_size > 0
     # one step of one decision point: a first action's block, or none where it drew a task_complete turn
