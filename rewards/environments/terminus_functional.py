@@ -257,11 +257,14 @@ class TerminusFunctional(Environment):
             with self._teacher_lock:
                 if key in self._teacher:
                     return self._teacher[key]
-            played = point.play(teacher_keys, remaining)
-            with self._teacher_lock:
-                self._keys_lock.pop(key, None)
-                if self.config.teacher_cache:
-                    self._teacher[key] = played
-                    while len(self._teacher) > self.config.teacher_cache:
-                        self._teacher.popitem(last=False)
+            try:
+                played = point.play(teacher_keys, remaining)
+                with self._teacher_lock:
+                    if self.config.teacher_cache:
+                        self._teacher[key] = played
+                        while len(self._teacher) > self.config.teacher_cache:
+                            self._teacher.popitem(last=False)
+            finally:
+                with self._teacher_lock:
+                    self._keys_lock.pop(key, None)
         return played
