@@ -55,7 +55,7 @@ class PivotOptions:
     max_per_task: int = MAX_PER_TASK  # 0: no cap
     max_keystroke_chars: int = MAX_KEYSTROKE_CHARS
     infra_patterns: tuple[str, ...] = ()  # added to INFRA_PATTERNS
-    agent_name: str = DEFAULT_AGENT_NAME
+    agent_name: str | None = None  # None: the environment's (ENVIRONMENT_AGENT_NAMES)
     val_fraction: float = 0.0
     seed: int = 0
     skip_invalid: bool = False
@@ -383,7 +383,8 @@ class _Rows:
                          "keystroke_lens": lens, "total_keystroke_len": sum(lens),
                          "task_complete": bool(action.get("task_complete", False)),
                          "turns_from": trajectory.turns_from},
-            "agent_ref": {"type": "responses_api_agents", "name": self.options.agent_name},
+            "agent_ref": {"type": "responses_api_agents",
+                          "name": self.options.agent_name or ENVIRONMENT_AGENT_NAMES[self.options.environment]},
             **({"threshold": self.options.threshold} if self.options.threshold is not None else {}),
         }
 

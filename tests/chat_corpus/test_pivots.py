@@ -436,8 +436,7 @@ def test_functional_rows_carry_their_task_folder_and_the_teachers_keystrokes(tmp
 
     copy_trial(SAMPLE / CSV, job, "csv-here", result_edit=here)
     copy_trial(SAMPLE / MAKE, job, "make-gone", result_edit=gone)
-    options = PivotOptions(environment="terminus_functional", agent_name="terminus_functional_simple_agent",
-                           max_per_task=0)
+    options = PivotOptions(environment="terminus_functional", max_per_task=0)  # the agent name follows it
     rows, _, report = build_pivots([str(job)], options)
     assert report.kept_trajectories == 1 and report.dropped_trajectories["no_task_folder"] == 1
     assert rows and {row["metadata"]["task_dir"] for row in rows} == {str(task.resolve())}
