@@ -16,6 +16,7 @@ Writes bench/results/functional_reward.json.
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def main() -> None:
     report = {"groups": len(points), "samples_per_group": args.samples, "scores_per_step": len(batch),
               "seconds_per_step": {"cached": cached, "no_cache": plain},
               "speedup": round(plain / cached, 2) if cached else None, "target_seconds": 10.0,
-              "runs": runs, "cores": len(__import__("os").sched_getaffinity(0))}
+              "runs": runs, "cores": len(os.sched_getaffinity(0))}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=dict))
     print(f"{len(batch)} functional scores ({len(points)} decision points x {args.samples}): {cached:.1f} s with the "

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 from chat_corpus.harbor_trajectory import content_text, observation_text, terminus_action
 from chat_corpus.mixture import split_by_group
 from common.errors import CorpusError
-from common.terminus_actions import MAX_SIMILARITY_CHARS, keystrokes, schema_errors
+from common.terminus_actions import MAX_SIMILARITY_CHARS, answer_text, json_object, keystrokes, schema_errors
 from harbor_tasks.verdict import INFRA_FAILURE, SCORED, read_tamper_dir, trial_verdict
 
 HARNESS = "terminus_2"
@@ -308,12 +308,9 @@ def read_trajectory(trial_dir: Path, options: PivotOptions) -> Trajectory:
 def parse_action(text: str) -> tuple[str, dict] | None:
     """(the action text, the action) of a response the terminus_judge reward accepts as a Terminus-2 action: the text
     after the last `</think>`, stripped, strict JSON of an object that passes the schema; else None."""
-    text = text.split("</think>")[-1].strip()
-    try:
-        action = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    if not isinstance(action, dict) or schema_errors(action, HARNESS) is not None:
+    text = answer_text(text)
+    action = json_object(text)
+    if action is None or schema_errors(action, HARNESS) is not None:
         return None
     return text, action
 

@@ -8,6 +8,7 @@ The fields: docs/reward-server.md#the-environments-check-by-check.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from jsonschema.exceptions import best_match
@@ -79,6 +80,20 @@ def schema_errors(instance: Any, harness: str) -> Optional[str]:
     """`openapi_schema_validator.validate(instance, schema)` without rebuilding the validator: the best error."""
     error = best_match(VALIDATORS[harness].iter_errors(instance))
     return None if error is None else error.message
+
+
+def answer_text(text: str) -> str:
+    """A response as terminus_judge reads it: the text after the last `</think>`, stripped."""
+    return text.split("</think>")[-1].strip()
+
+
+def json_object(text: str) -> Optional[dict]:
+    """`json.loads` of the whole text when it is a JSON object (no extraction), else None (too deep to parse: None)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def keystrokes(action: dict) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any, Optional
 from pydantic import Field
 
 from common.errors import RequestError
-from common.terminus_actions import SCHEMAS, keystrokes, schema_errors
+from common.terminus_actions import SCHEMAS, answer_text, json_object, keystrokes, schema_errors
 from harbor_tasks.decision_point import DecisionPoint, Played, PlayLimits
 from harbor_tasks.verdict import passed
 from rewards.environments.base import Environment, EnvironmentConfig, base_fields
@@ -163,21 +163,15 @@ class TerminusFunctional(Environment):
             return out
 
         expected = expected_answer_of(request) or ""
-        try:
-            teacher_action = json.loads(expected)
-        except (json.JSONDecodeError, RecursionError):
-            teacher_action = None
+        teacher_action = json_object(expected)
         harness = metadata.get("harness", "terminus_2")
-        if harness not in SCHEMAS or not isinstance(teacher_action, dict) or schema_errors(teacher_action, harness):
+        if harness not in SCHEMAS or teacher_action is None or schema_errors(teacher_action, harness):
             raise RequestError("expected_answer: must be the teacher's Terminus action as a JSON string (the row's "
                                "metadata.harness names its schema)", 422, "expected_answer")
         generated = all_assistant_text(request.response)
-        text = generated.split("</think>")[-1].strip() if "</think>" in generated else generated
-        try:
-            action = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            action = None
-        if not isinstance(action, dict):
+        text = answer_text(generated)
+        action = json_object(text)
+        if action is None:
             return result(0.0, "model_output_invalid", expected, text)
         if schema_errors(action, harness) is not None:
             return result(0.0, "schema_check_failed", expected, text)

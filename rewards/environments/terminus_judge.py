@@ -10,7 +10,6 @@ The twelve checks and the similarity cost: docs/reward-server.md#the-environment
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from difflib import SequenceMatcher
@@ -19,7 +18,8 @@ from typing import Any, Optional, Union
 
 from pydantic import ConfigDict, Field
 
-from common.terminus_actions import MAX_SIMILARITY_CHARS, SCHEMAS, keystrokes, schema_errors
+from common.terminus_actions import (MAX_SIMILARITY_CHARS, SCHEMAS, answer_text, json_object, keystrokes,
+                                     schema_errors)
 from rewards.environments.base import HERE, Environment, EnvironmentConfig, base_fields
 from rewards.judge import JudgeError
 from rewards.protocol import VerifyRequest, all_assistant_text, dump_create_params
@@ -193,18 +193,12 @@ class TerminusJudge(Environment):
         generated = all_assistant_text(request.response)
         if not generated:
             return fail("model_output_invalid", expected, "")
-        text = generated.split("</think>")[-1].strip() if "</think>" in generated else generated
-        try:
-            expected_dict = json.loads(expected)
-        except (json.JSONDecodeError, RecursionError):
+        text = answer_text(generated)
+        expected_dict = json_object(expected)
+        if expected_dict is None:
             return fail("expected_answer_invalid", expected, text)
-        if not isinstance(expected_dict, dict):
-            return fail("expected_answer_invalid", expected, text)
-        try:
-            predicted = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):  # (too deep to parse: not a Terminus action either)
-            return fail("model_output_invalid", expected, text)
-        if not isinstance(predicted, dict):
+        predicted = json_object(text)
+        if predicted is None:  # (too deep to parse: not a Terminus action either)
             return fail("model_output_invalid", expected, text)
         state["parsed_output"] = predicted
         harness = request.metadata.get("harness") if request.metadata else None
