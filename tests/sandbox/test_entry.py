@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes
 
 from sandbox import entry
 
@@ -78,8 +79,7 @@ def test_a_command_is_left_as_enter_py_leaves_it(helper, tmp_path):
 
 def _wait_for(needle: str) -> set[int]:
     for _ in range(500):
-        pids = {int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline")
-                if needle in p.read_bytes().replace(b"\0", b" ").decode(errors="replace")}
+        pids = {int(hit.split(":", 1)[0]) for hit in host_processes(needle)}
         if pids:
             return pids
         time.sleep(0.02)
