@@ -10,7 +10,8 @@ reward server on loopback (configs/rewards/terminus_functional.yaml, 2 sandbox w
 function posts a step's completions. Side by side: the server as configured (the teacher's side of each decision
 point played once per group: `teacher_cache`) and the baseline without it (`teacher_cache: 0`: every sample plays
 the teacher's side too). A fresh server for each run. Timings are not asserted; the target is <= 10 s per step.
-Writes bench/results/functional_reward.json.
+Also the share of the policy side's sandbox time spent replaying the earlier keystrokes: the most a cache of prefix
+states could save. Writes bench/results/functional_reward.json.
 """
 
 import argparse
@@ -75,9 +76,13 @@ async def score(url: str, batch: list[tuple[dict, str]]) -> tuple[float, list[di
 def run(config: Path, batch: list[tuple[dict, str]]) -> dict:
     with local_reward_server(str(config)) as url:
         seconds, results = asyncio.run(score(url, batch))
+    parts: Counter = Counter()  # the policy side's sandbox seconds by part (harbor_tasks.decision_point.Played)
+    for r in results:
+        parts.update((r.get("functional") or {}).get("seconds") or {})
     return {"seconds": round(seconds, 2), "rewards": Counter(str(r.get("reward")) for r in results),
             "masked": sum(bool(r.get("mask_sample")) for r in results),
-            "judged_by": Counter((r.get("functional") or {}).get("judged_by", "none") for r in results)}
+            "judged_by": Counter((r.get("functional") or {}).get("judged_by", "none") for r in results),
+            "policy_play_seconds": {part: round(value, 2) for part, value in parts.items()}}
 
 
 def main() -> None:
@@ -103,16 +108,21 @@ def main() -> None:
                 runs[name].append(run(config, batch))
     cached = statistics.median(r["seconds"] for r in runs["cached"])
     plain = statistics.median(r["seconds"] for r in runs["no_cache"])
+    played = runs["cached"][0]["policy_play_seconds"]
+    # the most a cache of prefix states (a snapshot after the earlier keystrokes) could save of the policy side
+    prefix_share = round(played.get("prefix", 0.0) / played["total"], 3) if played.get("total") else None
     report = {"groups": len(points), "samples_per_group": args.samples, "scores_per_step": len(batch),
               "seconds_per_step": {"cached": cached, "no_cache": plain},
               "speedup": round(plain / cached, 2) if cached else None, "target_seconds": 10.0,
+              "prefix_replay_share": prefix_share,
               "runs": runs, "cores": len(os.sched_getaffinity(0))}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=dict))
     print(f"{len(batch)} functional scores ({len(points)} decision points x {args.samples}): {cached:.1f} s with the "
           f"teacher's side cached, {plain:.1f} s without ({report['speedup']}x); "
           f"rewards {dict(runs['cached'][0]['rewards'])}, "
-          f"judged by {dict(runs['cached'][0]['judged_by'])}, masked {runs['cached'][0]['masked']} -> {args.out}")
+          f"judged by {dict(runs['cached'][0]['judged_by'])}, masked {runs['cached'][0]['masked']}; replaying the "
+          f"earlier keystrokes is {prefix_share} of the policy side's sandbox time -> {args.out}")
 
 
 if __name__ == "__main__":

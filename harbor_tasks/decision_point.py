@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as statmod
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harbor_tasks.evidence import VerifierWatch
@@ -43,6 +44,9 @@ class Played:
     output: str  # what the action printed (stdout, then stderr)
     timed_out: bool  # the action ran past command_timeout_sec (killed)
     verdict: Verdict | None  # the tests' verdict after the rest of the work (None: not run)
+    # wall seconds of each part: start (the sandbox), prefix (the earlier commands and a digest), action (it and a
+    # digest), rest (the remaining work, the tests, the stop), total
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -113,23 +117,35 @@ class DecisionPoint:
         task, limits = self.task, self.limits
         config = SandboxConfig(environment_dir=task.environment_dir, workdir=task.workdir, build_args=task.build_args,
                                memory_mb=limits.memory_mb, storage_mb=limits.storage_mb)
+        clock = [time.perf_counter()]
+        seconds: dict[str, float] = {}
+
+        def lap(part: str) -> None:
+            clock.append(time.perf_counter())
+            seconds[part] = round(clock[-1] - clock[-2], 4)
+
         with BlockingSandbox(config) as box:
             watch = VerifierWatch(box.root, box.command_path())  # the environment as built, before any command
             top = box.workdir
+            lap("start")
             if self.prefix:
                 self._run(box, script(self.prefix))
             with box.root() as root:
                 before = workdir_digest(root, top)
+            lap("prefix")
             output, timed_out = self._run(box, script(action))
             with box.root() as root:
                 after = workdir_digest(root, top)
+            lap("action")
             verdict = None
             if then is not None and (when is None or when(before, after)):
                 if then:
                     self._run(box, script(then))
                 verdict, _ = run_tests(box, watch, task.path / "tests", task.verifier_timeout_sec,
                                        task.internet_declared)
-        return Played(before, after, output, timed_out, verdict)
+        lap("rest")
+        seconds["total"] = round(clock[-1] - clock[0], 4)
+        return Played(before, after, output, timed_out, verdict, seconds)
 
     def _run(self, box: BlockingSandbox, text: str) -> tuple[str, bool]:
         if not text:

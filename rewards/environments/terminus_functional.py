@@ -203,7 +203,7 @@ class TerminusFunctional(Environment):
         except (SandboxError, OSError) as err:
             return result(0.0, f"sandbox: {type(err).__name__}: {err}", expected, text, mask_kind="sandbox")
         verdict = policy.verdict
-        details.update(teacher_changed=teacher.changed, policy_changed=policy.changed)
+        details.update(teacher_changed=teacher.changed, policy_changed=policy.changed, seconds=policy.seconds)
         if verdict is not None and verdict.infra_kind is not None:
             return result(0.0, f"{verdict.infra_kind}: {verdict.detail}", expected, text, mask_kind=verdict.infra_kind)
         if verdict is not None and verdict.tamper:

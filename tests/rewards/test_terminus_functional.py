@@ -98,6 +98,9 @@ def test_the_teachers_action_and_the_same_action_written_differently_score_1(wor
     owner = played[at["echo"]][0].split()[1]
     judged = verify(url, rows[at["echo"]], action(f"printf '%s\\n' {owner} > owner.txt"))
     assert judged["reward"] == 1.0 and judged["functional"]["judged_by"] == "same_state"
+    seconds = judged["functional"]["seconds"]  # where the policy side's sandbox time went
+    assert set(seconds) == {"start", "prefix", "action", "rest", "total"} and seconds["prefix"] > 0
+    assert seconds["total"] >= seconds["start"] + seconds["prefix"] + seconds["action"] - 0.001  # each rounded
 
 
 def test_one_character_changed_in_a_value_the_terminal_showed_scores_0(world):
