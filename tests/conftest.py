@@ -88,6 +88,21 @@ def run(cmd, env=None, timeout=900, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def scripted_teacher_job(root: Path, seed: int, n: int, families: list[str]) -> Path:
+    """`n` generated tasks of `families` under root/tasks, solved by the scripted teacher through Harbor's Terminus-2
+    (`--collect` into root/jobs); the job folder."""
+    from harbor_tasks.generate import generate
+
+    if not (REPO / ".venv-harbor" / "bin" / "harbor").exists():
+        pytest.fail(f"{REPO / '.venv-harbor'} missing: `make test` creates it (bash eval/setup_harbor.sh)")
+    generate(root / "tasks", seed, n, families)
+    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(root / "tasks"), "--collect",
+                  str(root / "jobs"), "--concurrency", "3"], timeout=900)
+    assert result.returncode == 0 and "solved 1.0" in result.stderr, result.stderr[-3000:]
+    [job] = [path for path in (root / "jobs").iterdir() if path.is_dir()]
+    return job
+
+
 def sft_command(*args, accelerate_config="configs/accelerate/cpu.yaml") -> list[str]:
     return [ACCELERATE, "launch", "--config_file", accelerate_config, "--num_cpu_threads_per_process", "1",
             "recipes/sft.py", *args]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, run
+from conftest import REPO, run, scripted_teacher_job
 from servers import ServerThread
 
 from chat_corpus.pivots import DEFAULT_AGENT_NAME, ROW_RULES, PivotOptions, build_pivots
@@ -368,17 +368,8 @@ def test_bad_options_and_skip_invalid(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def teacher_job(tmp_path_factory):
     """Three generated tasks solved by the scripted teacher through Harbor's Terminus-2 (`--collect`)."""
-    from harbor_tasks.generate import generate
-
-    if not (REPO / ".venv-harbor" / "bin" / "harbor").exists():
-        pytest.fail(f"{REPO / '.venv-harbor'} missing: `make test` creates it (bash eval/setup_harbor.sh)")
-    root = tmp_path_factory.mktemp("teacher")
-    generate(root / "tasks", 91, 3, ["count-lines", "replace-config", "make-tree"])
-    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(root / "tasks"), "--collect",
-                  str(root / "jobs"), "--concurrency", "3"], timeout=900)
-    assert result.returncode == 0 and "solved 1.0" in result.stderr, result.stderr[-3000:]
-    [job] = [path for path in (root / "jobs").iterdir() if path.is_dir()]
-    return job
+    return scripted_teacher_job(tmp_path_factory.mktemp("teacher"), 91, 3, ["count-lines", "replace-config",
+                                                                            "make-tree"])
 
 
 @pytest.mark.slow
