@@ -1,5 +1,5 @@
 """Environments from trajectories: one Harbor task folder per agent trajectory, rebuilt by replaying what it read.
-Runs in: the training venv; `python -m chat_corpus.from_trajectories --trajectories PATH... --out DIR [--no_check]`.
+Runs in: the training venv; `python -m eval.from_trajectories` (its command line, with stages 2-3) calls `rebuild`.
 
 Terminal-Universe's Stage 1 (chat_corpus/workspace_replay.py) on every format the corpus loaders read (Harbor job
 dirs, chat JSONL with tool calls, Terminus-2 chats): the workspace's files as first shown go into environment/, the
@@ -8,17 +8,15 @@ what the user asked (intent recovery: only the user's own turns). The check repl
 workspace (local sandbox): the share of its looking commands whose output comes back the same (fidelity), and where
 the source task is known (a Harbor trial's task folder, or `metadata.task_dir`) its tests are copied and run after
 the trajectory's own commands. It lives in chat_corpus, not harbor_tasks, because it reads corpora (layers: docs/
-development.md). Stages 2-3 (completion, sufficiency judge, test writer) are not built yet: docs/from-trajectories.md.
+development.md); stages 2-3 (a model's completion, tests and judge) in eval/from_trajectories.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import re
 import shutil
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -315,25 +313,3 @@ def summary(report: dict) -> str:
                      f"{report['own_commands_pass']}; {report['check_infra_failures']} checks failed to run")
     lines += [f"unreadable: {u}" for u in report["unreadable"]]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chat_corpus.from_trajectories", description=__doc__.split("\n")[0])
-    parser.add_argument("--trajectories", nargs="+", required=True,
-                        help="Harbor job or trial dirs, chat JSONL files (tool calls or Terminus-2 chats)")
-    parser.add_argument("--out", required=True, help="where the task folders go (one per trajectory)")
-    parser.add_argument("--no_check", action="store_true", help="skip replaying each trajectory in its rebuilt "
-                        "workspace (fidelity and the source task's tests)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
-    try:
-        report = rebuild(args.trajectories, Path(args.out), run_check=not args.no_check, progress=not args.json)
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=2) if args.json else summary(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -95,7 +95,7 @@ def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | 
                0o755)
     _write(task / "environment" / "Dockerfile", dockerfile)
     if not steps:
-        _write_step(task, inst.instruction, inst.solve, _all_checks(inst.checks), shallow)
+        _write_step(task, inst.instruction, inst.solve, all_checks(inst.checks), shallow)
     for step, round_ in zip(steps, inst.rounds):
         _write_step(task / "steps" / step, round_.instruction, round_.solve, _cases(round_.cases), shallow)
     return task
@@ -109,14 +109,21 @@ def _write_step(where: Path, instruction: str, solve: list[str], checks: str, sh
               else "# the teacher's commands for this world, each run whatever the last did\nset -u")
     _write(where / "solution" / "solve.sh",
            f"#!/bin/bash\n{strict}\ncd \"${{APP_DIR:-/app}}\"\n" + "".join(c + "\n" for c in solve), 0o755)
-    _write(where / "tests" / "test.sh",
-           "#!/bin/bash\n# Verifier: writes 1 or 0 to $LOGS_DIR/verifier/reward.txt (Harbor: /logs/verifier/reward.txt).\n"
-           "LOGS=\"${LOGS_DIR:-/logs}\"\nmkdir -p \"$LOGS/verifier\"\nok=1\n"
-           "cd \"${APP_DIR:-/app}\" || ok=0\n" + checks
-           + "echo \"$ok\" > \"$LOGS/verifier/reward.txt\"\necho \"reward=$ok\"\n", 0o755)
+    _write(where / "tests" / "test.sh", test_script(checks), 0o755)
 
 
-def _all_checks(checks: list[str]) -> str:
+def test_script(checks: str, workdir: str = "${APP_DIR:-/app}") -> str:
+    """A verifier's tests/test.sh around a checks body (which sets ok=0 on a failure): 1 or 0 into
+    $LOGS_DIR/verifier/reward.txt (Harbor: /logs/verifier/reward.txt), run in `workdir`."""
+    return ("#!/bin/bash\n"
+            "# Verifier: writes 1 or 0 to $LOGS_DIR/verifier/reward.txt (Harbor: /logs/verifier/reward.txt).\n"
+            "LOGS=\"${LOGS_DIR:-/logs}\"\nmkdir -p \"$LOGS/verifier\"\nok=1\n"
+            f"cd \"{workdir}\" || ok=0\n" + checks
+            + "echo \"$ok\" > \"$LOGS/verifier/reward.txt\"\necho \"reward=$ok\"\n")
+
+
+def all_checks(checks: list[str]) -> str:
+    """A checks body: every bash condition must hold."""
     return "".join(f"( {c} ) || ok=0\n" for c in checks)
 
 

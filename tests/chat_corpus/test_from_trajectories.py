@@ -8,7 +8,8 @@ import json
 import pytest
 from conftest import scripted_teacher_job
 
-from chat_corpus.from_trajectories import main, rebuild
+from chat_corpus.from_trajectories import rebuild
+from eval.from_trajectories import main
 
 
 @pytest.fixture(scope="module")
