@@ -8,8 +8,8 @@ change to what the trajectory showed), tests (bash conditions for tests/test.sh,
 the completed workspace only: never the trajectory, its commands or the agent's files) and a sufficiency judge. Then
 a task whose tests already pass before any work, or that the judge finds insufficient, is moved to DIR/rejected/.
 `--stand_in source` plays the roles without a model for tasks whose source task is here (our generated families):
-the source's environment, its tests, and its own solution as the judge; named so in every report. How and why:
-docs/from-trajectories.md.
+the source's environment, its tests, its own solution as the judge, and its family, seed and index in task.toml (the
+scripted teacher's deep policy re-solves from them); named so in every report. How and why: docs/from-trajectories.md.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from rewards.judge import Judge, JudgeConfig, JudgeError
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 
 SHOWN_CHARS = 6000  # of one file's text in a prompt
+ORIGIN_KEYS = ("family", "set", "seed", "index", "world_seed")  # a generated task's [metadata] (harbor_tasks.generate)
 FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
 COMPLETION = """You rebuild the workspace of a terminal task from what an agent's trajectory showed of it.
 The task the agent was given:
@@ -182,6 +183,12 @@ class SourceStandIn:
             raise RoleError("stand-in: the source task is not here")
         shutil.rmtree(task / "environment")
         shutil.copytree(source / "environment", task / "environment")
+        # the source's family, seed and index: what the scripted teacher's deep policy plays from (its re-solve)
+        origin = {key: TaskFolder.of(source).metadata.get(key) for key in ORIGIN_KEYS}
+        lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in origin.items()
+                        if isinstance(value, (str, int)))
+        config = (task / "task.toml").read_text()
+        (task / "task.toml").write_text(config.replace("[metadata]\n", f'[metadata]\nstand_in = "source"\n{lines}', 1))
         return {}
 
     async def tests(self, task: Path, info: dict) -> list[str]:

@@ -5,10 +5,11 @@ deep jobs, and a dead endpoint."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import scripted_teacher_job
+from conftest import run, scripted_teacher_job
 from fastapi import FastAPI
 from servers import ServerThread
 
@@ -138,3 +139,6 @@ def test_the_source_stand_in_keeps_deep_tasks_its_own_solution_passes(tmp_path_f
         assert (task / "environment" / "Dockerfile").read_text() == (source / "environment" / "Dockerfile").read_text()
         info = json.loads((task / "rebuild" / "rebuild.json").read_text())
         assert info["stages"]["judge"]["sufficient"] is True
+    # re-solving: the kept tasks are a suite the scripted teacher solves (its deep policy from the source's metadata)
+    result = run([sys.executable, "-m", "eval.scripted_teacher", "--tasks", str(out), "--collect", str(root / "again")])
+    assert result.returncode == 0 and "solved 1.0" in result.stderr, result.stderr[-3000:]
