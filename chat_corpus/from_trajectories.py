@@ -29,7 +29,7 @@ from chat_corpus.sources import Source, iter_rows, to_record
 from chat_corpus.trajectory_steps import Step, Trajectory, read_trajectory
 from chat_corpus.workspace_replay import MAX_FILE_CHARS, Workspace, replay_step
 from harbor_tasks.evidence import VerifierWatch
-from harbor_tasks.folder import TaskFolder, is_task
+from harbor_tasks.folder import CONFIG, TaskFolder, is_task
 from harbor_tasks.verdict import passed
 from harbor_tasks.verifier_run import run_tests
 from sandbox import BlockingSandbox, SandboxConfig, SandboxError
@@ -154,7 +154,7 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
     (task / "environment").mkdir(parents=True, exist_ok=True)
     (task / "environment" / "Dockerfile").write_text("\n".join(dockerfile) + "\n")
     (task / "instruction.md").write_text("\n\n".join(trajectory.requests).rstrip() + "\n")
-    (task / "task.toml").write_text(TASK_TOML.format(name=name, uid=json.dumps(uid or ""),
+    (task / CONFIG).write_text(TASK_TOML.format(name=name, uid=json.dumps(uid or ""),
                                                      origin=json.dumps(origin), workdir=json.dumps(trajectory.workdir)))
     solve = task / "solution" / "solve.sh"  # the trajectory's own commands: its solution, as it ran
     solve.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ import httpx
 from chat_corpus.from_trajectories import rebuild, summary
 from chat_corpus.workspace_replay import MAX_FILE_CHARS, resolve
 from harbor_tasks.evidence import VerifierWatch
-from harbor_tasks.folder import TaskFolder
+from harbor_tasks.folder import CONFIG, TaskFolder, read_text
 from harbor_tasks.generate import all_checks, test_script
 from harbor_tasks.verdict import passed
 from harbor_tasks.verifier_run import run_tests
@@ -187,8 +187,8 @@ class SourceStandIn:
         origin = {key: TaskFolder.of(source).metadata.get(key) for key in ORIGIN_KEYS}
         lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in origin.items()
                         if isinstance(value, (str, int)))
-        config = (task / "task.toml").read_text()
-        (task / "task.toml").write_text(config.replace("[metadata]\n", f'[metadata]\nstand_in = "source"\n{lines}', 1))
+        config = read_text(task / CONFIG)
+        (task / CONFIG).write_text(config.replace("[metadata]\n", f'[metadata]\nstand_in = "source"\n{lines}', 1))
         return {}
 
     async def tests(self, task: Path, info: dict) -> list[str]:

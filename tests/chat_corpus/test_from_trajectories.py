@@ -121,21 +121,21 @@ def test_each_rule_of_the_replay_on_a_tool_calling_chat(tmp_path):
 
 def test_a_terminus_chat_keeps_the_prompts_folder_and_marks_a_scrolled_read(tmp_path):
     first = ("You are an AI assistant...\n\nTask Description:\nCount the errors.\n\nCurrent terminal state:\n"
-             "root@box:/work# ")
+             "root@box:/srv/logs# ")
     action = {"analysis": "", "plan": "", "commands": [{"keystrokes": "cat log.txt\n"},
                                                         {"keystrokes": "cat big.txt\n"}], "task_complete": False}
-    screen = ("New Terminal Output:\nroot@box:/work# cat log.txt\nERROR a\nok\nroot@box:/work# cat big.txt\n"
-              "x\n[... output limited to 10000 bytes; 5 interior bytes omitted ...]\ny\nroot@box:/work# ")
+    screen = ("New Terminal Output:\nroot@box:/srv/logs# cat log.txt\nERROR a\nok\nroot@box:/srv/logs# cat big.txt\n"
+              "x\n[... output limited to 10000 bytes; 5 interior bytes omitted ...]\ny\nroot@box:/srv/logs# ")
     record = _chat([{"role": "user", "content": first}, {"role": "assistant", "content": json.dumps(action)},
                     {"role": "user", "content": screen}], uid="term")
     source = tmp_path / "t.jsonl"
     source.write_text(json.dumps(record) + "\n")
     rebuild([str(source)], tmp_path / "out", run_check=False, progress=False)
     info = json.loads((tmp_path / "out/term/rebuild/rebuild.json").read_text())
-    assert info["harness"] == "terminus" and info["workdir"] == "/work"
-    assert info["recovered"] == ["/work/log.txt"]
-    assert (tmp_path / "out/term/environment/files/work/log.txt").read_text() == "ERROR a\nok\n"
-    assert info["missing"] == [{"path": "/work/big.txt", "why": "only parts were shown, not from its first line",
+    assert info["harness"] == "terminus" and info["workdir"] == "/srv/logs"
+    assert info["recovered"] == ["/srv/logs/log.txt"]
+    assert (tmp_path / "out/term/environment/files/srv/logs/log.txt").read_text() == "ERROR a\nok\n"
+    assert info["missing"] == [{"path": "/srv/logs/big.txt", "why": "only parts were shown, not from its first line",
                                 "by": "cat big.txt"}]  # a cut output is not guessed
     assert (tmp_path / "out/term/instruction.md").read_text() == "Count the errors.\n"
 
