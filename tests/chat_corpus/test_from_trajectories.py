@@ -85,7 +85,8 @@ WORKED = _chat([
             (_call(7, "edit_file", path="src/util.py", old_string="a", new_string="b"), "edited"),
             (_call(8, "bash", command="python3 tools/run.py --fast"), "ok")),
     {"role": "user", "content": "Also keep a copy of the config."},
-    *_turns((_call(9, "bash", command="cp config.ini config.ini.bak"), "")),
+    *_turns((_call(9, "bash", command="cp config.ini config.ini.bak"), ""),
+            (_call(10, "bash", command="cat > app.cfg <<'EOF'\nport = 8080\nEOF"), "")),
 ])
 
 
@@ -102,7 +103,9 @@ def test_each_rule_of_the_replay_on_a_tool_calling_chat(tmp_path):
     assert (files / "srv/app/src/main.py").read_text() == "import os\nprint(os.getcwd())\n"  # numbers taken off
     assert info["truncated"] == ["/srv/app/notes.txt"]  # head -n 2 showed 2 lines: there may be more
     assert (files / "srv/app/notes.txt").read_text() == "line one\nline two\n"
-    assert sorted(info["created"]) == ["/srv/app/config.ini.bak", "/srv/app/hello.txt", "/srv/app/out/report.txt"]
+    assert sorted(info["created"]) == ["/srv/app/app.cfg", "/srv/app/config.ini.bak", "/srv/app/hello.txt",
+                                       "/srv/app/out/report.txt"]
+    assert (task / "rebuild/created/srv/app/app.cfg").read_text() == "port = 8080\n"  # a heredoc's body
     assert (task / "rebuild/created/srv/app/hello.txt").read_text() == "done\n"
     assert (task / "rebuild/created/srv/app/config.ini.bak").read_text() == "[job]\nname = nightly\n"
     assert not (files / "srv/app/hello.txt").exists() and not (files / "srv/app/out").exists()
