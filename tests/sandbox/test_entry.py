@@ -77,9 +77,12 @@ def test_a_command_is_left_as_enter_py_leaves_it(helper, tmp_path):
                 done.join(10)
 
 
-def _wait_for(needle: str) -> set[int]:
+def _wait_for(command: str) -> set[int]:
+    """The host pids of the processes whose whole command line is `command` (not a launcher that passes it on as one
+    of its arguments for a moment before the command starts)."""
     for _ in range(500):
-        pids = {int(hit.split(":", 1)[0]) for hit in host_processes(needle)}
+        pids = {int(pid) for pid, line in (hit.split(": ", 1) for hit in host_processes(command))
+                if line.strip() == command}
         if pids:
             return pids
         time.sleep(0.02)
