@@ -197,6 +197,8 @@ class SourceStandIn:
     async def judge(self, task: Path, info: dict) -> tuple[bool, str]:
         solve = Path(info["source_task"]) / "solution" / "solve.sh"
         verdict = await asyncio.to_thread(play_tests, task, solve.read_text() if solve.is_file() else "")
+        if verdict is None:  # the sandbox, not the task: infrastructure, never a verdict
+            raise SandboxError("the source task's solution could not be played in the completed workspace")
         return passed(verdict), "the source task's own solution passes the tests here" if passed(verdict) else \
             "the source task's own solution fails the tests here"
 
