@@ -109,12 +109,22 @@ def source_task(origin: str, metadata: dict) -> Path | None:
     return None
 
 
-def _inside(root: Path, rel: str) -> Path:
+def inside(root: Path, rel: str) -> Path:
     """root/rel, refused unless it stays beneath root (a trajectory's paths are untrusted)."""
     target = (root / rel).resolve()
     if target != root.resolve() and root.resolve() not in target.parents:
         raise ValueError(f"{rel}: outside {root}")
     return target
+
+
+def write_dockerfile(task: Path, workdir: str) -> None:
+    """environment/Dockerfile for the files under environment/files: `COPY files/<top>/ /<top>/` for each top-level
+    folder they sit in, `WORKDIR` the trajectory's working folder."""
+    files = task / "environment" / "files"
+    tops = sorted({p.relative_to(files).parts[0] for p in files.rglob("*") if p.is_file()}) if files.is_dir() else []
+    (task / "environment").mkdir(parents=True, exist_ok=True)
+    (task / "environment" / "Dockerfile").write_text(
+        "\n".join([f"FROM python:3.11-slim\nWORKDIR {workdir}"] + [f"COPY files/{t}/ /{t}/" for t in tops]) + "\n")
 
 
 def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: Trajectory, ws: Workspace,
@@ -123,7 +133,6 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
     rebuilt = Rebuilt(name, origin, uid, trajectory.harness, trajectory.workdir, len(trajectory.steps),
                       unparsed=len(ws.unparsed), source_task=str(source) if source else None)
     files = task / "environment" / "files"
-    tops: set[str] = set()
     for path, state in sorted(ws.paths.items()):
         if state.origin == "read":
             text = state.content if state.content is not None else state.known_prefix
@@ -134,14 +143,14 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
             if len(text) > MAX_FILE_CHARS:
                 rebuilt.missing.append({"path": path, "why": "too large to keep", "by": state.source})
                 continue
-            _inside(files, path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            _inside(files, path.lstrip("/")).write_text(text)
-            tops.add(path.strip("/").split("/")[0])
+            target = inside(files, path.lstrip("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
             (rebuilt.recovered if state.content is not None else rebuilt.truncated).append(path)
         elif state.origin == "created":
             rebuilt.created.append(path)
             if state.content is not None and len(state.content) <= MAX_FILE_CHARS:
-                kept = _inside(task / "rebuild" / "created", path.lstrip("/"))
+                kept = inside(task / "rebuild" / "created", path.lstrip("/"))
                 kept.parent.mkdir(parents=True, exist_ok=True)
                 kept.write_text(state.content)
         else:
@@ -149,10 +158,7 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
     for path, by in sorted(ws.referenced.items()):
         if path not in ws.paths:
             rebuilt.missing.append({"path": path, "why": "named by a command, never shown", "by": by})
-    dockerfile = [f"FROM python:3.11-slim\nWORKDIR {trajectory.workdir}"]
-    dockerfile += [f"COPY files/{top}/ /{top}/" for top in sorted(tops)]
-    (task / "environment").mkdir(parents=True, exist_ok=True)
-    (task / "environment" / "Dockerfile").write_text("\n".join(dockerfile) + "\n")
+    write_dockerfile(task, trajectory.workdir)
     (task / "instruction.md").write_text("\n\n".join(trajectory.requests).rstrip() + "\n")
     (task / CONFIG).write_text(TASK_TOML.format(name=name, uid=json.dumps(uid or ""),
                                                      origin=json.dumps(origin), workdir=json.dumps(trajectory.workdir)))

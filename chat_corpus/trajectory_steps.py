@@ -100,7 +100,7 @@ def split_screen(screen: str, commands: list[str]) -> list[tuple[str | None, boo
             out.append((None, True, None))
             continue
         i = found + 1
-        i += sum(1 for _ in range(command.strip().count("\n"))) if i < len(lines) else 0
+        i += command.strip().count("\n")  # a multi-line command's continuation lines
         end = next((j for j in range(i, len(lines)) if PROMPT.match(lines[j])), len(lines))
         text = "\n".join(lines[i:end]).rstrip()
         out.append((text, bool(CUT_MARK.search(text)), cwd or None))

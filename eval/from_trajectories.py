@@ -24,17 +24,17 @@ from pathlib import Path
 
 import httpx
 
-from chat_corpus.from_trajectories import rebuild, summary
+from chat_corpus.from_trajectories import inside, rebuild, summary, write_dockerfile
 from chat_corpus.workspace_replay import MAX_FILE_CHARS, resolve
-from harbor_tasks.evidence import VerifierWatch
+from harbor_tasks.decision_point import DecisionPoint, PlayLimits
 from harbor_tasks.folder import CONFIG, TaskFolder, read_text
 from harbor_tasks.generate import all_checks, test_script
 from harbor_tasks.verdict import passed
-from harbor_tasks.verifier_run import run_tests
 from rewards.judge import Judge, JudgeConfig, JudgeError
-from sandbox import BlockingSandbox, SandboxConfig, SandboxError
+from sandbox import SandboxConfig, SandboxError
 
 SHOWN_CHARS = 6000  # of one file's text in a prompt
+SANDBOX = SandboxConfig()  # the sandbox's default limits, which the tests of a rebuilt task run under
 ORIGIN_KEYS = ("family", "set", "seed", "index", "world_seed")  # a generated task's [metadata] (harbor_tasks.generate)
 FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
 COMPLETION = """You rebuild the workspace of a terminal task from what an agent's trajectory showed of it.
@@ -158,16 +158,15 @@ def apply_completion(task: Path, info: dict, files: dict[str, str]) -> dict:
         if why:
             refused[raw] = why
             continue
-        target = (root / path.lstrip("/")).resolve()
-        if root.resolve() not in target.parents:
+        try:
+            target = inside(root, path.lstrip("/"))
+        except ValueError:
             refused[raw] = "outside the workspace"
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         written.append(path)
-    tops = sorted({p.relative_to(root).parts[0] for p in root.rglob("*") if p.is_file()}) if root.is_dir() else []
-    dockerfile = [f"FROM python:3.11-slim\nWORKDIR {info['workdir']}"] + [f"COPY files/{t}/ /{t}/" for t in tops]
-    (task / "environment" / "Dockerfile").write_text("\n".join(dockerfile) + "\n")
+    write_dockerfile(task, info["workdir"])
     return {"written": sorted(written), "refused": refused}
 
 
@@ -207,22 +206,14 @@ class SourceStandIn:
 
 
 def play_tests(task: Path, script: str = "") -> float | None:
-    """The tests' score in a fresh sandbox of the task after `script` (none: before any work); None when it could not
-    run (infrastructure)."""
-    folder = TaskFolder.of(task)
-    config = SandboxConfig(environment_dir=folder.environment_dir, workdir=folder.workdir, build_args=folder.build_args)
+    """The tests' score in a fresh sandbox of the task after `script` (none: before any work), played as a decision
+    point with no earlier commands; None when it could not run (infrastructure)."""
+    limits = PlayLimits(command_timeout_sec=120, memory_mb=SANDBOX.memory_mb, storage_mb=SANDBOX.storage_mb)
     try:
-        with BlockingSandbox(config) as box:
-            watch = VerifierWatch(box.root, box.command_path())
-            if script.strip():
-                try:
-                    box.exec(script, timeout_sec=120)
-                except SandboxError:
-                    pass
-            verdict, _ = run_tests(box, watch, task / "tests", folder.verifier_timeout_sec, folder.internet_declared)
+        verdict = DecisionPoint(task, [], limits).play([script] if script.strip() else [], then=[]).verdict
     except (SandboxError, OSError):
         return None
-    return None if verdict.infra_kind else verdict.score
+    return None if verdict is None or verdict.infra_kind else verdict.score
 
 
 async def finish(out: Path, roles, names: list[str]) -> dict:
