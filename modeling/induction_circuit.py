@@ -1,4 +1,4 @@
-"""A copy circuit set by hand in a random Qwen3 (`student-induction`): previous-token and two-token induction heads.
+"""A copy circuit set by hand in a random Qwen3 (`student-induction`): previous-token, induction and pointer heads.
 Runs in: the training venv (.venv: torch, Transformers), when modeling/tiny_model.py builds a student.
 
 Why by hand, and what it measured: docs/learn.md, "The deep families". The residual stream's quarters: token
@@ -6,9 +6,11 @@ embeddings (the last dimension a constant, which the tied LM head adds to every 
 (zero in every embedding: the LM head reads neither), free. Layer 0: queries and keys read only the constant, so
 RoPE's fast pairs alone make the scores peak at i-1 (half the KV heads) or i-2 (the other half); each writes its
 token into its quarter. Layer 1: a query reads tokens i and i-1 (weighted 8 to 1), a key tokens j-1 and j-2, through
-random projections into RoPE's slow pairs: the last token matches, the one before breaks ties (equal weights doubled
-the projections' crosstalk: 0.67 copied at random distances, 0.90 now); the value writes token j into the token quarter.
-Every other attention and MLP output starts at zero. Olsson et al. 2022's construction; no task text is read.
+random projections into RoPE's slow pairs; the value writes token j into the token quarter (Olsson et al. 2022).
+The last layer's pointer heads copy token j as layer 1 does, but where they look is left to training (random queries
+and keys, a soft start): a value typed after `echo ` matches no pair on the screen; which line holds it is learned,
+the copy of a token never seen in training is not (a pointer-generator's copy). Every other attention and MLP output
+starts at zero. No task text is read.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import math
 
 def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 0.5, position_pairs: int = 6,
                           position_sharpness: float = 4.0, content_sharpness: float = 12.0, copy_scale: float = 4.0,
-                          content_from: int | None = None, last_weight: float = 8.0, seed: int = 0) -> None:
+                          content_from: int | None = None, last_weight: float = 8.0, pointer_groups: int = 0,
+                          pointer_query: float = 0.3, pointer_key: float = 4.0, seed: int = 0) -> None:
     """Overwrite `model`'s embeddings and first two layers with the circuit above; zero the output projections of
     every attention and MLP block besides. `content_from`: the first RoPE pair slow enough to match content by
     (default: the first whose rotation over 2,048 positions stays under 2 radians). `last_weight`: how much more a
-    query's last token counts than the one before it."""
+    query's last token counts than the one before it. `pointer_groups`: KV heads of the last layer (from the first)
+    made pointer heads, whose query and key norms start at `pointer_query` and `pointer_key` (their product sets how
+    sharply a random query looks at first: soft, so the untrained pointers add little noise)."""
     import torch
 
     config = model.config
@@ -39,6 +44,8 @@ def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 
     frequencies = theta ** (-torch.arange(half, dtype=torch.float64) * 2 / head_dim)
     if content_from is None:
         content_from = next(f for f in range(half) if frequencies[f] * 2048 < 2.0)
+    if pointer_groups and (config.num_hidden_layers < 3 or pointer_groups > kv_heads):
+        raise ValueError(f"pointer heads need a third layer and at most {kv_heads} KV heads (asked {pointer_groups})")
     if content_from <= position_pairs:
         raise ValueError(f"rope_theta {theta}: too few slow RoPE pairs for content beside {position_pairs} fast ones")
     const = quarter - 1  # the constant dimension; token dimensions below it
@@ -100,3 +107,16 @@ def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 
             for t in range(carried):
                 second.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
                 second.o_proj.weight[part * carried + t, writer * head_dim + t] = copy_scale / 2
+
+        # the last layer's pointer heads: token j copied as in layer 1; queries and keys keep their random init
+        pointer = layers[-1].self_attn
+        if pointer_groups:
+            pointer.q_norm.weight.fill_(pointer_query)
+            pointer.k_norm.weight.fill_(pointer_key)
+        for g in range(pointer_groups):
+            part = g % per_offset  # each KV head carries part of the token quarter, as layer 1's do
+            pointer.v_proj.weight[g * head_dim:(g + 1) * head_dim].zero_()
+            for t in range(carried):
+                pointer.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
+                for h in range(g * per_group, (g + 1) * per_group):  # where its query heads agree: a whole copy
+                    pointer.o_proj.weight[part * carried + t, h * head_dim + t] = copy_scale / per_group

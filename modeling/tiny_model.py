@@ -63,6 +63,7 @@ class Preset:
     copy_steps: int = 0  # steps of copy pretraining (pretrain_copy) after the random init
     copy_span: int = 48  # tokens a copy-pretraining sequence repeats (the distance the copy circuit learns)
     induction_circuit: bool = False  # previous-token and induction heads set by hand (modeling/induction_circuit.py)
+    pointer_heads: int = 0  # KV heads of the last layer that copy by hand where training points them (the same)
     chat_template: str = "qwen3"  # TRL's bundled template (trl/chat_templates/NAME.jinja) the tokenizer carries
     help: str = field(default="", compare=False)
 
@@ -78,11 +79,11 @@ PRESETS = {
                                      num_key_value_heads=4, head_dim=32, max_position_embeddings=8192,
                                      tie_word_embeddings=True,
                                      rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
-                                pre_tokenizer="identifiers", line_tokens=True, induction_circuit=True,
+                                pre_tokenizer="identifiers", line_tokens=True, induction_circuit=True, pointer_heads=2,
                                 chat_template=STUDENT_TEMPLATE,
                                 help="the deep learning run's student: the student's size and tokens, Qwen3's "
                                      "rope_theta, an induction circuit set by hand in place of copy pretraining "
-                                     "(copies from any distance)"),
+                                     "(copies from any distance), pointer heads that copy where SFT points them"),
 }
 
 
@@ -287,13 +288,14 @@ def build_model(out: Path, texts: Iterable[str], preset: Preset, seed: int = 0) 
                                                pad_token_id=tokenizer.pad_token_id)
     record = None
     if preset.induction_circuit:
-        set_induction_circuit(model, seed=seed)
+        set_induction_circuit(model, pointer_groups=preset.pointer_heads, seed=seed)
     at_span = (pretrain_copy(model, tokenizer, preset.copy_steps, seed=seed, span=preset.copy_span)
                if preset.copy_steps else None)
     if preset.copy_steps or preset.induction_circuit:  # what the student brings to SFT, on fresh sequences
         generator = torch.Generator().manual_seed(seed + 1)
         anywhere = copy_accuracy(model, *far_copy_batch(_word_ids(tokenizer), 32, 512, generator))
         record = {"steps": preset.copy_steps, "span": preset.copy_span, "induction_circuit": preset.induction_circuit,
+                  "pointer_heads": preset.pointer_heads,
                   "copy_accuracy": round(anywhere if at_span is None else at_span, 4),
                   "copy_accuracy_any_distance": round(anywhere, 4)}
         (out / COPY_PRETRAINING_FILE).write_text(json.dumps(record) + "\n")

@@ -1,7 +1,7 @@
 """The deep learning run's student (modeling/tiny_model.py --preset student-induction): an induction circuit set by
 hand (modeling/induction_circuit.py) copies a span back from any distance before any training, and it is the
 circuit that does it: without layer 1's keys (the match on the previous token) or layer 0's output (the previous
-token itself) it copies nothing. The copy-pretrained student's one-distance copy: tests/modeling/test_tiny_model.py."""
+token itself) it copies nothing. Its pointer heads copy whatever they look at; where they look, SFT learns. The copy-pretrained student's one-distance copy: tests/modeling/test_tiny_model.py."""
 
 import json
 import subprocess
@@ -59,6 +59,33 @@ def test_the_circuit_does_the_copying(reader):
         assert _far_accuracy(model, tokenizer) <= 0.05
 
 
+def test_the_pointer_heads_copy_what_they_look_at_and_learn_where(reader):
+    """The last layer's pointer heads: what a head writes is the token it looks at (the value's logit, through the
+    tied LM head), set by hand; where it looks is random, for training to set. The layer's other heads write
+    nothing yet."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out, _ = reader
+    assert json.loads((out / "copy_pretraining.json").read_text())["pointer_heads"] == 2
+    model = AutoModelForCausalLM.from_pretrained(out)
+    config, attention = model.config, model.model.layers[-1].self_attn
+    head_dim, per_group = config.head_dim, config.num_attention_heads // config.num_key_value_heads
+    embeddings = model.model.embed_tokens.weight.detach()
+    tokens = torch.arange(3, embeddings.shape[0])
+    with torch.no_grad():
+        written = torch.zeros(len(tokens), config.hidden_size)
+        for g in range(2):
+            values = embeddings[tokens] @ attention.v_proj.weight[g * head_dim:(g + 1) * head_dim].T
+            for h in range(g * per_group, (g + 1) * per_group):  # every query head of the group looking at j
+                written += values @ attention.o_proj.weight[:, h * head_dim:(h + 1) * head_dim].T
+        copied = (model.lm_head(written).argmax(-1) == tokens).float().mean().item()
+        free = attention.o_proj.weight[:, 2 * per_group * head_dim:]
+    assert copied >= 0.95, copied
+    assert free.abs().max() == 0
+    assert attention.q_proj.weight[:2 * per_group * head_dim].std() > 0.01  # random, not set: learned in SFT
+
+
 def test_a_model_the_circuit_cannot_fit_is_refused():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -68,6 +95,10 @@ def test_a_model_the_circuit_cannot_fit_is_refused():
                                          num_attention_heads=2, num_key_value_heads=1, head_dim=32))
     with pytest.raises(ValueError, match="needs >= 2 layers"):
         set_induction_circuit(model)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=32))
+    with pytest.raises(ValueError, match="pointer heads need a third layer"):
+        set_induction_circuit(model, pointer_groups=2)
 
 
 def test_the_learning_run_picks_the_reader_for_deep_families():
