@@ -63,7 +63,7 @@ class Preset:
     copy_steps: int = 0  # steps of copy pretraining (pretrain_copy) after the random init
     copy_span: int = 48  # tokens a copy-pretraining sequence repeats (the distance the copy circuit learns)
     induction_circuit: bool = False  # previous-token and induction heads set by hand (modeling/induction_circuit.py)
-    pointer_heads: int = 0  # KV heads of the last layer that copy by hand where training points them (the same)
+    pointer_heads: int = 0  # last-layer KV heads that copy where SFT points them (induction_circuit.py pointer_groups)
     chat_template: str = "qwen3"  # TRL's bundled template (trl/chat_templates/NAME.jinja) the tokenizer carries
     help: str = field(default="", compare=False)
 
