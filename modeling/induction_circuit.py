@@ -50,6 +50,17 @@ def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 
         raise ValueError(f"rope_theta {theta}: too few slow RoPE pairs for content beside {position_pairs} fast ones")
     const = quarter - 1  # the constant dimension; token dimensions below it
     layers = model.model.layers
+
+    def carry(attention, g: int, into: int, writers, scale: float) -> None:
+        """KV head g's value reads its part (g % per_offset) of the token quarter; each writer query head writes that
+        part at `into` (a quarter's start), times `scale`."""
+        part = g % per_offset
+        attention.v_proj.weight[g * head_dim:(g + 1) * head_dim].zero_()
+        for t in range(carried):
+            attention.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
+            for h in writers:
+                attention.o_proj.weight[into + part * carried + t, h * head_dim + t] = scale
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         embeddings = model.model.embed_tokens.weight
@@ -76,15 +87,13 @@ def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 
         for h in range(heads):
             first.q_proj.weight[h * head_dim:(h + 1) * head_dim, const] = query
         for g in range(kv_heads):
-            offset, part = 1 + g // per_offset, g % per_offset
+            offset = 1 + g // per_offset
             key = torch.zeros(head_dim)
             key[:position_pairs] = torch.cos(offset * frequencies[:position_pairs]).float()
             key[half:half + position_pairs] = torch.sin(offset * frequencies[:position_pairs]).float()
             first.k_proj.weight[g * head_dim:(g + 1) * head_dim, const] = key
-            writer = g * per_group  # one query head of the group writes; the others' outputs stay unread
-            for t in range(carried):
-                first.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
-                first.o_proj.weight[offset * quarter + part * carried + t, writer * head_dim + t] = 1.0
+            # token j-offset into its quarter: one query head of the group writes; the others' outputs stay unread
+            carry(first, g, offset * quarter, [g * per_group], 1.0)
 
         # layer 1: (token i, token i-1) against (token j-1, token j-2) in the slow pairs; token j written back
         second = layers[1].self_attn
@@ -103,20 +112,12 @@ def set_induction_circuit(model, embedding_std: float = 0.15, constant: float = 
             rows = second.k_proj.weight[g * head_dim:(g + 1) * head_dim]
             rows[slow, quarter:quarter + const] = last
             rows[slow, 2 * quarter:2 * quarter + const] = before
-            part, writer = g % per_offset, g * per_group  # two KV heads vote on each half of the token quarter
-            for t in range(carried):
-                second.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
-                second.o_proj.weight[part * carried + t, writer * head_dim + t] = copy_scale / 2
+            carry(second, g, 0, [g * per_group], copy_scale / 2)  # two KV heads vote on each half of the token quarter
 
         # the last layer's pointer heads: token j copied as in layer 1; queries and keys keep their random init
-        pointer = layers[-1].self_attn
         if pointer_groups:
+            pointer = layers[-1].self_attn
             pointer.q_norm.weight.fill_(pointer_query)
             pointer.k_norm.weight.fill_(pointer_key)
-        for g in range(pointer_groups):
-            part = g % per_offset  # each KV head carries part of the token quarter, as layer 1's do
-            pointer.v_proj.weight[g * head_dim:(g + 1) * head_dim].zero_()
-            for t in range(carried):
-                pointer.v_proj.weight[g * head_dim + t, part * carried + t] = 1.0
-                for h in range(g * per_group, (g + 1) * per_group):  # where its query heads agree: a whole copy
-                    pointer.o_proj.weight[part * carried + t, h * head_dim + t] = copy_scale / per_group
+            for g in range(pointer_groups):  # every query head of the group writes: where they agree, a whole copy
+                carry(pointer, g, 0, range(g * per_group, (g + 1) * per_group), copy_scale / per_group)

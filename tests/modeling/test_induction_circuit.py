@@ -1,7 +1,8 @@
 """The deep learning run's student (modeling/tiny_model.py --preset student-induction): an induction circuit set by
 hand (modeling/induction_circuit.py) copies a span back from any distance before any training, and it is the
 circuit that does it: without layer 1's keys (the match on the previous token) or layer 0's output (the previous
-token itself) it copies nothing. Its pointer heads copy whatever they look at; where they look, SFT learns. The copy-pretrained student's one-distance copy: tests/modeling/test_tiny_model.py."""
+token itself) it copies nothing. Its pointer heads copy whatever they look at; where they look, SFT learns. The
+copy-pretrained student's one-distance copy: tests/modeling/test_tiny_model.py."""
 
 import json
 import subprocess
