@@ -71,13 +71,19 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
+def task_name(family: str, seed: int, index: int, world_seed: int | None = None) -> str:
+    """The folder name of instance `index` of `family` and `seed`; `-wW` where its hidden world has another seed."""
+    world = seed if world_seed is None or FAMILIES[family].ask is None else world_seed
+    return f"{family}-{seed}-{index}" + ("" if world == seed else f"-w{world}")
+
+
 def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | None = None) -> Path:
     """Instance `index` of `family` and `seed` (its world from `world_seed`, default the seed) as a task folder."""
     kind = FAMILIES[family]
     inst = kind.instance(seed, index, world_seed)
     shallow = kind.ask is None
     world = seed if world_seed is None or shallow else world_seed
-    name = f"{family}-{seed}-{index}" + ("" if world == seed else f"-w{world}")
+    name = task_name(family, seed, index, world_seed)
     task = out / name
     steps = [f"round-{k}" for k in range(1, len(inst.rounds) + 1)]
     _write(task / CONFIG, TASK_TOML.format(name=name, family=family, seed=seed, index=index, category=inst.category,
@@ -141,6 +147,12 @@ def generate(out: Path, seed: int, n: int, families: list[str] | None = None,
     default set)."""
     families = select(families)
     return [write_task(out, families[i % len(families)], seed, i, world_seed) for i in range(n)]
+
+
+def task_names(seed: int, n: int, families: list[str] | None = None, world_seed: int | None = None) -> list[str]:
+    """The folder names generate() writes for these arguments, without writing them."""
+    families = select(families)
+    return [task_name(families[i % len(families)], seed, i, world_seed) for i in range(n)]
 
 
 def listing() -> str:

@@ -23,7 +23,7 @@ from episodes.remote import EpisodeServers, RemoteTaskEnvironment, RemoteTerminu
 from episodes.terminus import TerminusEnvironment
 from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
 from harbor_tasks.families import UnknownFamily, select
-from harbor_tasks.generate import generate
+from harbor_tasks.generate import generate, task_names
 from harbor_tasks.verdict import TAMPER_KINDS, passed
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
@@ -109,9 +109,8 @@ def prepare_tasks(args: AgenticTaskArguments) -> list[Path]:
         raise ConfigError(f"heldout_seed and generate_seed are both {args.heldout_seed}: held-out tasks must come "
                           "from a seed never used in training")
     if args.generate_seed is not None:
-        out = Path(args.task_dirs[0])
-        if not (out.is_dir() and any(out.iterdir())):
-            generate(out, args.generate_seed, args.generate_n, args.generate_families or None)
+        generate_once(Path(args.task_dirs[0]), "task_dirs[0]", args.generate_seed, args.generate_n,
+                      args.generate_families or None)
     prepare_heldout(args)
     tasks = []
     for root in map(Path, args.task_dirs):
@@ -130,9 +129,23 @@ def prepare_heldout(args: AgenticTaskArguments) -> None:
         return
     if not args.heldout_dir:
         raise ConfigError("heldout_seed is set but heldout_dir is not: name the folder to generate them into")
-    out = Path(args.heldout_dir)
+    generate_once(Path(args.heldout_dir), "heldout_dir", args.heldout_seed, args.heldout_n,
+                  args.heldout_families or args.generate_families or None)
+
+
+def generate_once(out: Path, key: str, seed: int, n: int, families: list[str] | None) -> None:
+    """Generate the tasks into an empty `out`; a folder already holding them is used as it is, one holding other
+    tasks (another seed, count or family set: a config changed since) is refused rather than trained on."""
     if not (out.is_dir() and any(out.iterdir())):
-        generate(out, args.heldout_seed, args.heldout_n, args.heldout_families or args.generate_families or None)
+        generate(out, seed, n, families)
+        return
+    found = sorted(d.name for d in task_folders(out))
+    expected = sorted(task_names(seed, n, families))
+    if found != expected:
+        other = sorted(set(found) - set(expected))[:3] or sorted(set(expected) - set(found))[:3]
+        raise ConfigError(f"{key}: {out} holds tasks of another generation than seed {seed}, n {n}, families "
+                          f"{','.join(families or ['default'])} (e.g. {', '.join(other)} differs); remove the "
+                          "folder to generate them again, or name another one")
 
 
 def check_held_out(task_dirs: list[str], eval_suites: list[str]) -> dict:

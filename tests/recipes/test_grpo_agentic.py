@@ -124,6 +124,26 @@ def test_held_out_tasks_are_generated_from_a_seed_the_train_tasks_never_use(tmp_
         prepare_tasks(AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], heldout_seed=9))
 
 
+def test_a_task_folder_generated_with_other_settings_is_refused_not_trained_on(tmp_path):
+    from common.errors import ConfigError
+    from trainers.agentic import AgenticTaskArguments, prepare_tasks
+
+    def args(seed, n=4, held=1002):
+        return AgenticTaskArguments(task_dirs=[str(tmp_path / "train")], generate_seed=seed, generate_n=n,
+                                    generate_families=["count-lines", "sum-numbers"],
+                                    heldout_dir=str(tmp_path / "held"), heldout_seed=held, heldout_n=2)
+
+    first = prepare_tasks(args(2))
+    assert prepare_tasks(args(2)) == first  # the same settings: the folder is used as it is
+    with pytest.raises(ConfigError, match=r"task_dirs\[0\]: .*train holds tasks of another generation than seed 11"):
+        prepare_tasks(args(11))  # a config whose seed changed since: once, the old tasks were silently trained on
+    with pytest.raises(ConfigError, match="seed 2, n 6"):
+        prepare_tasks(args(2, n=6))
+    with pytest.raises(ConfigError, match="heldout_dir: .*held holds tasks of another generation than seed 1003"):
+        prepare_tasks(args(2, held=1003))
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == [p.name for p in first]
+
+
 def test_the_reward_logs_the_pass_rate_per_task_family(tmp_path):
     from episodes.local import EpisodeLimits, EpisodeStats, TaskEnvironment
     from trainers.agentic import task_tests_reward
