@@ -255,6 +255,17 @@ async def finish(out: Path, roles, names: list[str]) -> dict:
     return {"roles": roles.name, "kept": len(kept), "rejected": rejected, "infra_failures": infra}
 
 
+def rebuild_environments(trajectories: list[str], out: Path, roles=None, run_check: bool = True,
+                         progress: bool = True) -> dict:
+    """Stage 1 on `trajectories` into `out`, then, with `roles` (EndpointRoles, SourceStandIn), stages 2-3: out/
+    keeps only the kept tasks. The report, also in out/report.json (its `stages_2_3` where the roles played)."""
+    report = rebuild(trajectories, out, run_check=run_check, progress=progress)
+    if roles is not None:
+        report["stages_2_3"] = asyncio.run(finish(out, roles, report["tasks"]))
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.from_trajectories", description=__doc__.split("\n")[0])
     parser.add_argument("--trajectories", nargs="+", required=True,
@@ -278,15 +289,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --model_url {args.model_url}: no answer ({type(err).__name__}); start the server or fix "
                   "the URL (an OpenAI-compatible server ending in /v1)", file=sys.stderr)
             return 2
+    roles = (EndpointRoles(args.model_url, args.model, args.api_key) if args.model_url
+             else SourceStandIn() if args.stand_in else None)
     try:
-        report = rebuild(args.trajectories, out, run_check=not args.no_check, progress=not args.json)
+        report = rebuild_environments(args.trajectories, out, roles, run_check=not args.no_check,
+                                      progress=not args.json)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.model_url or args.stand_in:
-        roles = EndpointRoles(args.model_url, args.model, args.api_key) if args.model_url else SourceStandIn()
-        report["stages_2_3"] = asyncio.run(finish(out, roles, report["tasks"]))
-        (out / "report.json").write_text(json.dumps(report, indent=2))
     stages = report.get("stages_2_3")
     print(json.dumps(report, indent=2) if args.json else summary(report) + (
         f"\nstages 2-3 ({stages['roles']}): {stages['kept']} kept in {out}, {len(stages['rejected'])} rejected "

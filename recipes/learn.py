@@ -5,6 +5,7 @@
     python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
                             [--student PRESET] [--copy_steps N]
+                            [--source_checkpoint DIR | --source JOB --source_use imitate|resolve]
 
 The harness is the config's `eval_agent` (common/harnesses.py): `terminus-2` (Terminus-2's JSON keystrokes,
 learn.yaml) or `bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are
@@ -14,6 +15,10 @@ Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-ba
   tasks/train, tasks/heldout   procedural Harbor tasks (harbor_tasks/generate.py), train and eval seeds disjoint
   teacher/                     the harness's agent driven by the scripted teacher on every train task
                                (eval/scripted_teacher.py --collect --agent <eval_agent>)
+  source-policy/, source/      with --source_checkpoint: the copied checkpoint and its Harbor job on the train
+                               tasks; then teacher/ holds that job (imitate, SFT config sft-config.yaml: no
+                               min_reward) or the scripted teacher's re-solutions of tasks/rebuilt, the environments
+                               rebuilt from it (resolve; trainers/trajectory_sources.py)
   student-init/                the student before SFT (--student, a preset of modeling/tiny_model.py): random init,
                                copy-pretrained on synthetic repeated spans (no task text; `student`) or an induction
                                circuit set by hand (`student-induction`, the deep families'), its tokenizer trained on
@@ -56,6 +61,7 @@ from harbor_tasks.generate import generate  # noqa: E402
 from trainers.learning_runs import checked_families, replay_tasks  # noqa: E402
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
+from trainers import trajectory_sources as sources  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "sft" / "learn.yaml"
 DEEP_CONFIG = REPO / "configs" / "sft" / "learn-deep.yaml"  # the default when --families names a deep family
@@ -82,9 +88,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"{DEEP_STUDENT} when --families names a deep family)")
     parser.add_argument("--copy_steps", type=int, help="copy-pretraining steps of the student (default: the "
                         "student preset's, modeling/tiny_model.py)")
+    parser.add_argument("--source_checkpoint", type=Path, help="re-solving against imitating (docs/learn.md): this "
+                        "policy, run on the train tasks in the harness (greedy), gives the trajectories in place of "
+                        "the scripted teacher's; with --source_use")
+    parser.add_argument("--source", type=Path, help="the same from a Harbor job dir of a policy on this run's train "
+                        "tasks (--train_seed, --train_tasks, --families as here)")
+    parser.add_argument("--source_use", choices=sources.USES, help="imitate: SFT on the source's trajectories "
+                        "as they are (solved or not); resolve: environments rebuilt from them alone, re-solved by "
+                        "the scripted teacher, the verified kept")
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("sft_args", nargs="*", help="more `--key value` for recipes/sft.py, after `--`")
     args = parser.parse_args(argv)
+    if args.source and args.source_checkpoint:
+        parser.error("--source and --source_checkpoint: give one")
+    if bool(args.source or args.source_checkpoint) != bool(args.source_use):
+        parser.error("--source_use goes with --source or --source_checkpoint (and they need it)")
     deep = any(FAMILIES[name].set != "shallow" for name in checked_families(args.families))
     if args.config is None:
         args.config = DEEP_CONFIG if deep else DEFAULT_CONFIG
@@ -173,6 +191,10 @@ def main(argv=None) -> int:
     timings: dict[str, float] = {}
     stage = partial(run_stage, "learn")
     started = time.monotonic()
+    given = args.source or args.source_checkpoint
+    if given and (given.resolve() == out.resolve() or out.resolve() in given.resolve().parents):
+        raise ConfigError(f"{given} lies under {out}, which this run replaces first: copy it out (cp -r {out} "
+                          f"{out}-source) and name the copy")
     shutil.rmtree(out, ignore_errors=True)  # a learning run starts from nothing: no resume, no stale checkpoints
 
     done = stage("tasks", timings)
@@ -183,11 +205,24 @@ def main(argv=None) -> int:
     done()
 
     agent = harness(config, args.config)
-    done = stage(f"teacher trajectories (scripted teacher, {agent} in the local sandbox)", timings)
-    from eval.scripted_teacher import collect as collect_teacher
+    from trainers.eval_callback import EvalArguments
 
-    teacher = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency, agent=agent)
-    done()
+    eval_keys = EvalArguments(**{k: v for k, v in config.items() if k in EvalArguments.__dataclass_fields__})
+    sft_config, source = args.config, None
+    if args.source or args.source_checkpoint:
+        done = stage(f"source trajectories ({args.source or args.source_checkpoint}), used to {args.source_use}",
+                     timings)
+        source, sft_config = trajectories_from_source(args, config, out, agent, eval_keys)
+        done()
+        teacher = {"source": source}
+    else:
+        done = stage(f"teacher trajectories (scripted teacher, {agent} in the local sandbox)", timings)
+        from eval.scripted_teacher import collect as collect_teacher
+
+        solved = collect_teacher(out / "tasks" / "train", out / "teacher", args.teacher_concurrency, agent=agent)
+        teacher = {"trials": solved["metrics"].get("n_trials"), "solved": solved["metrics"].get("mean_reward"),
+                   "job": solved["harbor_job_dir"]}
+        done()
 
     done = stage(f"student model ({args.student}; tokenizer from the teacher trajectories)", timings)
     from modeling.tiny_model import COPY_PRETRAINING_FILE, PRESETS
@@ -202,15 +237,12 @@ def main(argv=None) -> int:
 
     done = stage("SFT (recipes/sft.py), every checkpoint evaluated on the held-out tasks", timings)
     command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
-               "recipes/sft.py", "--config", str(args.config), *args.sft_args]
+               "recipes/sft.py", "--config", str(sft_config), *args.sft_args]
     print(" ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, check=True)
     sft = json.loads((out / "run_summary.json").read_text())
     done()
 
-    from trainers.eval_callback import EvalArguments
-
-    eval_keys = EvalArguments(**{k: v for k, v in config.items() if k in EvalArguments.__dataclass_fields__})
     overfit = None
     if args.overfit_tasks:
         done = stage("overfit check: the final model on train instances", timings)
@@ -240,9 +272,7 @@ def main(argv=None) -> int:
                           *eval_settings.to_cli_args(eval_settings.from_recipe(eval_keys, "NEW_TASKS"))])
     summary = {
         "train_seeds": task_seeds(out / "tasks" / "train"), "eval_seeds": task_seeds(out / "tasks" / "heldout"),
-        "families": families, "harness": agent, "teacher": {"trials": teacher["metrics"].get("n_trials"),
-                                          "solved": teacher["metrics"].get("mean_reward"),
-                                          "job": teacher["harbor_job_dir"]},
+        "families": families, "harness": agent, "teacher": teacher,
         "student": args.student, "student_copy_pretraining": _read_json(out / "student-init" / COPY_PRETRAINING_FILE),
         "heldout_curve": curve, "overfit_mean_reward": overfit["metrics"].get("mean_reward") if overfit else None,
         **beside,
@@ -255,9 +285,11 @@ def main(argv=None) -> int:
     (out / "learn_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n=== learn: done in {summary['total_s'] / 60:.1f} min ("
           + ", ".join(f"{name.split(' (')[0]} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
-    print(f"harness {agent}; train seeds {summary['train_seeds']} ({args.train_tasks} tasks, teacher solved "
-          f"{summary['teacher']['solved']}); held-out seeds {summary['eval_seeds']} ({args.eval_tasks} tasks); "
-          f"families {','.join(families)}")
+    trained_on = (f"teacher solved {teacher['solved']}" if source is None else
+                  f"the source solved {source['solved']}, used to {source['use']}: " + ", ".join(
+                      f"{k} {v}" for k, v in source.items() if k not in ("use", "solved", "job")))
+    print(f"harness {agent}; train seeds {summary['train_seeds']} ({args.train_tasks} tasks, {trained_on}); "
+          f"held-out seeds {summary['eval_seeds']} ({args.eval_tasks} tasks); families {','.join(families)}")
     print(f"overlap with {', '.join(summary['overlap']['decontaminated_against'] or ['(not checked)'])}: "
           f"{summary['overlap']['decontaminated']} contaminated records dropped, {summary['overlap']['template_overlap']} "
           "share only the family templates (held out means new values)")
@@ -276,6 +308,20 @@ def main(argv=None) -> int:
     print(f"curve {out / 'curve.png'}, summary {out / 'learn_summary.json'}; score new held-out instances with:\n  "
           + summary["reproduce"])
     return 0
+
+
+def trajectories_from_source(args, config: dict, out: Path, agent: str, eval_keys) -> tuple[dict, Path]:
+    """--source/--source_checkpoint: the source policy's trajectories on the train tasks, imitated or re-solved into
+    out/teacher (trainers/trajectory_sources.py); what was used, and the SFT config (imitate: min_reward dropped)."""
+    train = out / "tasks" / "train"
+    job = args.source or sources.run_policy(args.source_checkpoint, train, out,
+                                            eval_settings.from_recipe(eval_keys, str(train)))
+    source = {"use": args.source_use, **sources.check_source(job, train)}
+    if args.source_use == "imitate":
+        source.update(sources.imitate(job, out / "teacher"))
+        return source, sources.imitate_config(config, out / "sft-config.yaml")
+    source.update(sources.resolve(job, out, out / "teacher", args.teacher_concurrency, agent))
+    return source, args.config
 
 
 def deep_baselines(out: Path, args, eval_keys) -> dict:
