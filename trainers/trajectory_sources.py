@@ -24,6 +24,7 @@ from harbor_tasks.folder import TaskFolder, task_folders
 from harbor_tasks.verdict import INFRA_FAILURE
 
 USES = ("imitate", "resolve")
+NOT_COPIED = ("eval_jobs", "eval_results*", "optimizer.pt", "scheduler.pt", "rng_state*")  # of a source checkpoint
 
 
 def run_policy(checkpoint: Path, tasks: Path, out: Path, settings) -> Path:
@@ -34,7 +35,7 @@ def run_policy(checkpoint: Path, tasks: Path, out: Path, settings) -> Path:
         raise ConfigError(f"--source_checkpoint {checkpoint}: no config.json there; name a saved checkpoint "
                           "(a checkpoint-N folder or a final model)")
     policy = out / "source-policy"
-    shutil.copytree(checkpoint, policy, ignore=shutil.ignore_patterns("eval_jobs", "optimizer.pt", "rng_state*"))
+    shutil.copytree(checkpoint, policy, ignore=shutil.ignore_patterns(*NOT_COPIED))
     settings = dataclasses.replace(settings, suite=str(tasks), jobs_dir=str(out / "source"))
     return Path(evaluate(str(policy), settings, "eval_results_source.json")["harbor_job_dir"])
 
