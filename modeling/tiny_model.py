@@ -165,7 +165,9 @@ def frequent_lines(texts: list[str], min_share: float = 0.02, min_chars: int = 8
     multi_line = [text for text in texts if "\n" in text]
     counts = Counter(line for text in multi_line for line in set(text.split("\n")) if len(line.strip()) >= min_chars)
     floor = max(3, min_share * len(multi_line))
-    return [line for line, n in counts.most_common(limit) if n >= floor]
+    # ties by the line itself: a set's order, and so most_common's among equal counts, changes with the hash seed
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [line for line, n in ranked if n >= floor]
 
 
 def copy_batch(word_ids, rows: int, span: int, generator) -> tuple:

@@ -3,6 +3,7 @@ the same tokens wherever it stands, whose frequent harness lines are one token e
 copy pretraining that takes the random model from copying nothing to copying spans (at the span's distance only)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,22 @@ def test_frequent_lines_are_single_tokens_and_text_round_trips(student):
     text = json.dumps(row)
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
     assert config.num_hidden_layers == 4 and config.hidden_size == 256 and config.vocab_size == len(tokenizer)
+
+
+def test_the_same_corpus_builds_the_same_tokenizer_whatever_the_hash_seed(tmp_path):
+    """The frequent lines' token ids must not depend on Python's string hashing: a set's order differs per process, and
+    ties in the line counts then gave each build another id for the same line (the same `make learn` trained a
+    different student each time). Two builds' tokenizer.json files are compared byte for byte."""
+    built = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"student-{seed}"
+        run = subprocess.run([sys.executable, "-m", "modeling.tiny_model", "--out", str(out), "--corpus",
+                              "data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl",
+                              "--copy_steps", "0"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONHASHSEED": seed})
+        assert run.returncode == 0, run.stderr[-2000:]
+        built.append((out / "tokenizer.json").read_bytes())
+    assert built[0] == built[1]
 
 
 def test_a_missing_corpus_is_one_clear_error(tmp_path):
