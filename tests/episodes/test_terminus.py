@@ -115,6 +115,9 @@ def test_the_transcript_matches_harbors_terminus_2_turn_by_turn(tasks, tmp_path)
     # nothing normalised: both sandboxes are named "sandbox", run the same userland and the script prints no dates
     assert len(ours) == len(theirs)
     for turn, (mine, harbors) in enumerate(zip(ours, theirs)):
+        if turn == 0 and mine != harbors:  # Harbor captures its first screen without waiting for the shell's prompt:
+            # on a loaded machine (CI, 2 cores) its screen can still be blank where ours, which waits, shows the prompt
+            mine = mine.replace("root@sandbox:/app#", "", 1)
         assert mine == harbors, f"user message {turn} differs"
     assert episode_reward(env) == harbor_reward == 1.0
     # the turns the script meant: a parse error, warnings, output limited, the confirmation asked twice
