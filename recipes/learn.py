@@ -4,14 +4,15 @@
     make learn ARGS="--config configs/sft/learn-bash.yaml"   # the bash-tool harness, outputs/learn-bash
     python recipes/learn.py [--config configs/sft/learn.yaml] [--train_seed 1] [--train_tasks 400]
                             [--eval_seed 1001] [--eval_tasks 30] [--overfit_tasks 30] [--families a,b,...]
-                            [--student PRESET] [--copy_steps N]
+                            [--student PRESET] [--copy_steps N] [--output_dir DIR]
                             [--source_checkpoint DIR | --source JOB --source_use imitate|resolve]
 
 The harness is the config's `eval_agent` (common/harnesses.py): `terminus-2` (Terminus-2's JSON keystrokes,
 learn.yaml) or `bash-tool` (the bash tool agentic GRPO trains, learn-bash.yaml). The teacher's trajectories are
 collected in it and every checkpoint is scored in it, so the student is trained and evaluated acting one way.
 
-Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-bash), replaced on each run:
+Everything lands in the SFT config's output_dir (outputs/learn, outputs/learn-bash; --output_dir: another, the
+config's paths moved there and written as learn-config.yaml), replaced on each run:
   tasks/train, tasks/heldout   procedural Harbor tasks (harbor_tasks/generate.py), train and eval seeds disjoint
   teacher/                     the harness's agent driven by the scripted teacher on every train task
                                (eval/scripted_teacher.py --collect --agent <eval_agent>)
@@ -83,6 +84,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(0: none; default: %(default)s)")
     parser.add_argument("--families", help=f"comma-separated sets ({', '.join(SETS)}) and families (python -m "
                         "harbor_tasks.generate --list); default: the shallow set")
+    parser.add_argument("--output_dir", type=Path, help="run into this folder instead of the config's output_dir: "
+                        "every path of the config under its output_dir is moved under this one (and run_name set to "
+                        "its name), written as learn-config.yaml in it; two arms of one config side by side")
     parser.add_argument("--teacher_concurrency", type=int, default=16, help="teacher trials at once (default: %(default)s)")
     parser.add_argument("--student", help=f"the student's preset in modeling/tiny_model.py (default: {STUDENT}; "
                         f"{DEEP_STUDENT} when --families names a deep family)")
@@ -116,8 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def layout(config_path: Path) -> tuple[dict, Path]:
-    """The config and its output_dir, after checking that its paths are the ones this recipe writes."""
+def layout(config_path: Path, output_dir: Path | None = None) -> tuple[dict, Path]:
+    """The config and its output_dir, after checking that its paths are the ones this recipe writes. `output_dir`
+    (--output_dir): the config relocated there first (relocated)."""
     try:
         config = yaml.safe_load(config_path.read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -125,6 +130,8 @@ def layout(config_path: Path) -> tuple[dict, Path]:
     out = Path(config.get("output_dir") or "")
     if not str(out) or str(out) == ".":
         raise ConfigError(f"{config_path}: output_dir is missing; the learning run writes everything under it")
+    if output_dir is not None:
+        config, out = relocated(config, out, output_dir), output_dir
     expected = {"model_name_or_path": str(out / "student-init"), "datasets": str(out / "teacher"),
                 "eval_suites": str(out / "tasks" / "heldout")}
     given = {"model_name_or_path": str(config.get("model_name_or_path")),
@@ -137,6 +144,19 @@ def layout(config_path: Path) -> tuple[dict, Path]:
                               f"(set it to that, or change output_dir)")
     harness(config, config_path)
     return config, out
+
+
+def relocated(config, old: Path, new: Path):
+    """`config` with every string that is `old` or a path under it moved to `new`, and run_name `new`'s name (by hand:
+    a config's output paths are plain strings in any key; these are the ones under its output_dir)."""
+    if isinstance(config, dict):
+        moved = {key: relocated(value, old, new) for key, value in config.items()}
+        return {**moved, "run_name": new.name} if "run_name" in config else moved
+    if isinstance(config, list):
+        return [relocated(value, old, new) for value in config]
+    if isinstance(config, str) and (Path(config) == old or old in Path(config).parents):
+        return str(new / Path(config).relative_to(old))
+    return config
 
 
 def harness(config: dict, config_path: Path | str = "the config") -> str:
@@ -183,7 +203,7 @@ def student_corpus(teacher: Path, out: Path, chat_template: str) -> Path:
 @exit_on_user_error
 def main(argv=None) -> int:
     args = parse_args(argv)
-    config, out = layout(args.config)
+    config, out = layout(args.config, args.output_dir)
     if args.train_seed == args.eval_seed:
         raise ConfigError(f"--train_seed and --eval_seed are both {args.train_seed}: held-out instances must come from "
                           "a seed never used in training")
@@ -209,6 +229,9 @@ def main(argv=None) -> int:
 
     eval_keys = EvalArguments(**{k: v for k, v in config.items() if k in EvalArguments.__dataclass_fields__})
     sft_config, source = args.config, None
+    if args.output_dir is not None:  # the SFT step reads the relocated config
+        sft_config = out / "learn-config.yaml"
+        sft_config.write_text(yaml.safe_dump(config, sort_keys=False))
     if args.source or args.source_checkpoint:
         done = stage(f"source trajectories ({args.source or args.source_checkpoint}), used to {args.source_use}",
                      timings)

@@ -33,8 +33,12 @@ def small_config(tmp_path: Path, name: str = "learn.yaml", **overrides) -> Path:
 @pytest.mark.slow
 def test_learning_run_end_to_end(tmp_path):
     """With a deep family among the families: beside the curve, the final model on held-out shallow tasks and the
-    replay baseline (the train tasks' commands on held-out worlds, scored by the oracle agent: they fail there)."""
-    out = run_small(tmp_path, "learn.yaml", "terminus-2", families="write-value,find-owner")
+    replay baseline (the train tasks' commands on held-out worlds, scored by the oracle agent: they fail there). Run
+    with --output_dir: everything lands there, the SFT step reading the config relocated there."""
+    out = run_small(tmp_path, "learn.yaml", "terminus-2", families="write-value,find-owner",
+                    output_dir=tmp_path / "moved")
+    assert not (tmp_path / "learn").exists()
+    assert yaml.safe_load((out / "learn-config.yaml").read_text())["model_name_or_path"] == str(out / "student-init")
     assert not (out / "student-corpus.jsonl").exists()  # the trajectories themselves train the tokenizer
     summary = json.loads((out / "learn_summary.json").read_text())
     assert summary["replay_tasks"] == 2 and summary["replay_mean_reward"] == 0.0
@@ -64,14 +68,15 @@ def test_learning_run_in_the_bash_tool_harness_end_to_end(tmp_path):
 
 
 def run_small(tmp_path: Path, name: str, agent: str, overfit_tasks: int = 1,
-              families: str = "write-value,count-lines") -> Path:
-    """The learning run of configs/sft/<name>, small; returns its output dir."""
+              families: str = "write-value,count-lines", output_dir: Path | None = None) -> Path:
+    """The learning run of configs/sft/<name>, small (into `output_dir`: --output_dir); returns its output dir."""
     config = small_config(tmp_path, name)
-    out = tmp_path / "learn"
+    out = output_dir or tmp_path / "learn"
+    moved = ["--output_dir", str(output_dir)] if output_dir else []
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(config), "--train_tasks", "12",
                           "--eval_tasks", "2", "--overfit_tasks", str(overfit_tasks), "--families", families,
                           "--teacher_concurrency", "6", "--train_seed", "3", "--eval_seed", "7",
-                          "--copy_steps", "5"],
+                          "--copy_steps", "5", *moved],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((out / "learn_summary.json").read_text())
@@ -122,3 +127,23 @@ def test_learning_run_refuses_a_harness_it_cannot_collect(tmp_path):
     run = subprocess.run([sys.executable, "recipes/learn.py", "--config", str(small_config(tmp_path, eval_agent="nop"))],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "eval_agent: 'nop' is not one of bash-tool, terminus-2" in run.stderr
+
+
+def test_output_dir_moves_every_path_of_the_config_under_it_and_nothing_else(tmp_path):
+    """--output_dir: two arms of one config side by side. The paths the recipe checks, the decontamination list's own
+    held-out folder and run_name follow the folder; the builtins and every other setting stay as they were."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
+    learn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learn)
+    original = yaml.safe_load(learn.DEEP_CONFIG.read_text())
+    config, out = learn.layout(learn.DEEP_CONFIG, tmp_path / "arm-a")
+    assert out == tmp_path / "arm-a" and config["output_dir"] == str(out) and config["run_name"] == "arm-a"
+    assert config["model_name_or_path"] == str(out / "student-init")
+    assert config["datasets"] == [{"path": str(out / "teacher"), "min_reward": 1.0}]
+    assert config["eval_suites"] == [str(out / "tasks" / "heldout")]
+    assert config["decontaminate_against"] == [str(out / "tasks" / "heldout"), "builtin:terminal", "builtin:evocode"]
+    moved = {"output_dir", "run_name", "model_name_or_path", "datasets", "eval_suites", "decontaminate_against"}
+    assert {k: v for k, v in config.items() if k not in moved} == {k: v for k, v in original.items() if k not in moved}
+    assert learn.parse_args(["--output_dir", "x"]).output_dir == Path("x")
