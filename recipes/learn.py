@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     if args.source or args.source_checkpoint:
         done = stage(f"source trajectories ({args.source or args.source_checkpoint}), used to {args.source_use}",
                      timings)
-        source, sft_config = trajectories_from_source(args, config, out, agent, eval_keys)
+        source, sft_config = trajectories_from_source(args, config, out, agent, eval_keys, sft_config)
         done()
         teacher = {"source": source}
     else:
@@ -333,9 +333,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def trajectories_from_source(args, config: dict, out: Path, agent: str, eval_keys) -> tuple[dict, Path]:
+def trajectories_from_source(args, config: dict, out: Path, agent: str, eval_keys,
+                             sft_config: Path) -> tuple[dict, Path]:
     """--source/--source_checkpoint: the source policy's trajectories on the train tasks, imitated or re-solved into
-    out/teacher (trainers/trajectory_sources.py); what was used, and the SFT config (imitate: min_reward dropped)."""
+    out/teacher (trainers/trajectory_sources.py); what was used, and the SFT config (imitate: min_reward dropped;
+    resolve: `sft_config`, the run's)."""
     train = out / "tasks" / "train"
     job = args.source or sources.run_policy(args.source_checkpoint, train, out,
                                             eval_settings.from_recipe(eval_keys, str(train)))
@@ -344,7 +346,7 @@ def trajectories_from_source(args, config: dict, out: Path, agent: str, eval_key
         source.update(sources.imitate(job, out / "teacher"))
         return source, sources.imitate_config(config, out / "sft-config.yaml")
     source.update(sources.resolve(job, out, out / "teacher", args.teacher_concurrency, agent))
-    return source, args.config
+    return source, sft_config
 
 
 def deep_baselines(out: Path, args, eval_keys) -> dict:

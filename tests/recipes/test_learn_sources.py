@@ -33,9 +33,12 @@ def learn(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_resolve_rebuilds_the_sources_environments_and_trains_on_the_teachers_solutions(tmp_path, source_job):
-    run = learn(tmp_path, "--source", str(source_job), "--source_use", "resolve")
+    """Into --output_dir, as an ablation's arms run: the SFT step too reads the relocated config (it once read the
+    given one, and trained into the config's folder)."""
+    out = tmp_path / "moved"
+    run = learn(tmp_path, "--source", str(source_job), "--source_use", "resolve", "--output_dir", str(out))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    out = tmp_path / "learn"
+    assert not (tmp_path / "learn").exists() and (out / "checkpoint-2" / "model.safetensors").is_file()
     source = json.loads((out / "learn_summary.json").read_text())["teacher"]["source"]
     assert source["use"] == "resolve" and source["trials"] == N and source["solved"] == 1.0
     assert source["rebuilt"] == N and source["kept"] == N and source["teacher_solved"] == 1.0
