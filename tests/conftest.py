@@ -108,6 +108,16 @@ def sft_command(*args, accelerate_config="configs/accelerate/cpu.yaml") -> list[
             "recipes/sft.py", *args]
 
 
+def learn_recipe():
+    """recipes/learn.py as a module (a script, not a package): its parser, layout and constants."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def process_gone(pid: int, wait: float = 30.0) -> bool:
     """True once `pid` has exited (or is a zombie) within `wait` seconds: a sandbox's PID 1 after its teardown."""
     deadline = time.monotonic() + wait

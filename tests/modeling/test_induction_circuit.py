@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import learn_recipe
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = ["data/sft/terminus2_conversations.jsonl", "data/sft/terminus2_chat.jsonl"]
 
@@ -103,11 +105,7 @@ def test_a_model_the_circuit_cannot_fit_is_refused():
 
 
 def test_the_learning_run_picks_the_reader_for_deep_families():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
-    learn = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learn)
+    learn = learn_recipe()
     assert learn.parse_args([]).student == "student"
     assert learn.parse_args(["--families", "deep"]).student == "student-induction"
     assert learn.parse_args(["--families", "deep", "--student", "student"]).student == "student"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import AGENTIC_FAMILIES as FAMILIES
-from conftest import REPO, agentic_config, launch
+from conftest import REPO, agentic_config, launch, learn_recipe
 
 from harbor_tasks.generate import generate
 
@@ -205,12 +205,7 @@ def test_the_learning_start_config_parses_through_the_recipes_parser():
     assert model.model_name_or_path == learn["output_dir"]  # the learning run's final model
     assert tasks.generate_seed is not None and tasks.heldout_seed is not None
     assert tasks.generate_seed != tasks.heldout_seed and tasks.heldout_dir in evals.eval_suites
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
-    learn_recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learn_recipe)
-    defaults = learn_recipe.parse_args([])  # the learning run's seeds: neither side here may reuse them
+    defaults = learn_recipe().parse_args([])  # the learning run's seeds: neither side here may reuse them
     assert {tasks.generate_seed, tasks.heldout_seed}.isdisjoint({defaults.train_seed, defaults.eval_seed})
     assert tasks.generate_families and set(tasks.heldout_families or tasks.generate_families) <= set(
         tasks.generate_families)

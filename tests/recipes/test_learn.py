@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import learn_recipe
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -112,11 +114,7 @@ def test_learning_run_refuses_overlapping_seeds(tmp_path):
 
 
 def test_deep_families_pick_the_deep_config_unless_one_is_given():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
-    learn = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learn)
+    learn = learn_recipe()
     assert learn.parse_args([]).config == learn.DEFAULT_CONFIG
     assert learn.parse_args(["--families", "deep"]).config == learn.DEEP_CONFIG
     assert learn.parse_args(["--families", "write-value,log-trace"]).config == learn.DEEP_CONFIG
@@ -132,11 +130,7 @@ def test_learning_run_refuses_a_harness_it_cannot_collect(tmp_path):
 def test_output_dir_moves_every_path_of_the_config_under_it_and_nothing_else(tmp_path):
     """--output_dir: two arms of one config side by side. The paths the recipe checks, the decontamination list's own
     held-out folder and run_name follow the folder; the builtins and every other setting stay as they were."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
-    learn = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learn)
+    learn = learn_recipe()
     original = yaml.safe_load(learn.DEEP_CONFIG.read_text())
     config, out = learn.layout(learn.DEEP_CONFIG, tmp_path / "arm-a")
     assert out == tmp_path / "arm-a" and config["output_dir"] == str(out) and config["run_name"] == "arm-a"
