@@ -4,7 +4,8 @@
     make learn-pivot              # = python recipes/learn_pivot.py; everything in outputs/learn-pivot/
     python recipes/learn_pivot.py [--config configs/grpo/pivot-learn.yaml] [--seed 0] [--start DIR]
                                   [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...] [--threshold 1.0]
-                                  [--reward string|functional] [--profile K [--max_mean M]] [--ablation]
+                                  [--reward string|functional] [--profile K [--max_mean M]]
+                                  [--ablation | --arms string-unfiltered,functional-profiled]
 
 Stage one of NVIDIA's two-stage recipe (pivot RL, then end-to-end agentic RL): at each decision point of a teacher's
 verified trajectory the policy writes the next Terminus-2 action, and string-only terminus_judge scores it against
@@ -12,13 +13,13 @@ the teacher's. `--seed N` moves the train tasks (seed 3+N), the held-out tasks (
 (42+N) together; the learning run used 1 and 1001, agentic GRPO 2 and 1002. PivotRL's two parts are flags: `--reward
 functional` scores each action by its effect in the task (terminus_functional), `--profile K` keeps the train rows
 whose K samples of the start vary (`trainers.data profile`); `--ablation` trains {string, functional} x {unfiltered,
-profiled} from the same tasks and start, each arm in its own folder. Seed 0 writes the config's output_dir, seed N that
+profiled} from the same tasks and start, each arm in its own folder, and `--arms A,B` only the arms named. Seed 0 writes the config's output_dir, seed N that
 folder with `-seedN`, each replaced on every run:
   tasks/train, tasks/heldout         procedural Harbor tasks of the families (harbor_tasks/generate.py)
   teacher/train, teacher/heldout     the scripted teacher in Terminus-2 (eval.scripted_teacher --collect)
   pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots; -functional: for that reward)
   pivots/train.profiled.jsonl        the rows kept by profiling (--profile K)
-  <reward>-<filter>/                 with --ablation: each arm's checkpoints, curve and summary, as below
+  <reward>-<filter>/                 with --ablation or --arms: each arm's checkpoints, curve and summary, as below
   checkpoint-N/                      GRPO checkpoints (recipes/grpo.py with the config), checkpoint-0 the start, each
                                      scored on tasks/heldout (Terminus-2, greedy) and on pivots/heldout.jsonl
   curve.png, learn_pivot_summary.json   eval.compare's plot; seeds, counts, rewards, pass rates, timings, commands
@@ -78,10 +79,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ablation", action="store_true", help=(
         "train the four arms {string, functional} x {unfiltered, profiled (K = --profile, else 8)} one after the "
         "other from the same tasks and start"))
+    parser.add_argument("--arms", type=arm_names, help=(
+        "comma-separated arms of --ablation's grid to train, e.g. string-unfiltered,functional-profiled (the "
+        "three-seed comparison of docs/grpo.md); each in its own folder as with --ablation"))
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.ablation and args.arms:
+        parser.error("--ablation trains all four arms; --arms names some of them: pass one of the two")
+    return args
+
+
+def arm_name(reward: str, k: int) -> str:
+    """An arm's name and folder: its reward and whether its rows were profiled (K > 0)."""
+    return f"{reward}-{'profiled' if k else 'unfiltered'}"
+
+
+ARMS = [arm_name(reward, k) for reward in ("string", "functional") for k in (0, 1)]
+
+
+def arm_names(value: str) -> list[str]:
+    """--arms: known arm names, in the grid's order."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ARMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown arm {', '.join(unknown) or repr(value)}; the arms: {', '.join(ARMS)}")
+    return [name for name in ARMS if name in names]
+
+
+def planned_arms(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """The arms to train as (reward, K): --ablation's four, --arms' named ones (K = --profile, else 8), else the
+    one arm of --reward and --profile."""
+    if not (args.ablation or args.arms):
+        return [(args.reward, args.profile)]
+    return [(reward, k) for reward in ("string", "functional") for k in (0, args.profile or 8)
+            if args.ablation or arm_name(reward, k) in args.arms]
 
 
 def train_rewards(out: Path) -> list[tuple[int, float]]:
@@ -142,8 +175,8 @@ def main(argv=None) -> int:
                for side in ("train", "heldout")}
     done()
 
-    arms = ([(reward, k) for reward in ("string", "functional") for k in (0, args.profile or 8)] if args.ablation
-            else [(args.reward, args.profile)])
+    grid = args.ablation or bool(args.arms)  # arms in their own folders, their curves on one plot
+    arms = planned_arms(args)
     done = stage("decision points (python -m trainers.data pivots)", timings)
     pivots = {}
     for reward in sorted({reward for reward, _ in arms}):
@@ -156,9 +189,9 @@ def main(argv=None) -> int:
 
     results = {}
     for reward, k in arms:
-        arm_out = out / f"{reward}-{'profiled' if k else 'unfiltered'}" if args.ablation else out
+        arm_out = out / arm_name(reward, k) if grid else out
         results[arm_out.name] = train_arm(args, config, reward, k, start, seeds, out, arm_out, timings, stage)
-    if args.ablation:  # every arm's curves on one plot
+    if grid:
         plot(collect([out / name for name in results]), out / "curve.png")
 
     summary = {
@@ -166,7 +199,7 @@ def main(argv=None) -> int:
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
         "teacher": {side: {"trials": t["metrics"].get("n_trials"), "solved": t["metrics"].get("mean_reward"),
                            "job": t["harbor_job_dir"]} for side, t in teacher.items()},
-        "pivots": pivots, **(results[out.name] if not args.ablation else {"arms": results}),
+        "pivots": pivots, **(results[out.name] if not grid else {"arms": results}),
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
         "command": " ".join(["python recipes/learn_pivot.py", *(argv if argv is not None else sys.argv[1:])]),
     }
@@ -178,7 +211,7 @@ def main(argv=None) -> int:
     print("decision points: " + ", ".join(f"{side} {p['rows']['written']} from {p['rows']['tasks']} tasks"
                                           for side, p in pivots.items()))
     for name, arm in results.items():
-        label = f"{name}: " if args.ablation else ""
+        label = f"{name}: " if grid else ""
         if arm.get("profile"):
             print(f"{label}profiled: {arm['profile']['kept']} of {arm['profile']['rows']} train rows kept "
                   f"(dropped {arm['profile']['dropped']})")

@@ -108,11 +108,11 @@ def sft_command(*args, accelerate_config="configs/accelerate/cpu.yaml") -> list[
             "recipes/sft.py", *args]
 
 
-def learn_recipe():
-    """recipes/learn.py as a module (a script, not a package): its parser, layout and constants."""
+def learn_recipe(name: str = "learn"):
+    """recipes/<name>.py as a module (a script, not a package): its parser, layout and constants."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("learn_recipe", REPO / "recipes" / "learn.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_recipe", REPO / "recipes" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

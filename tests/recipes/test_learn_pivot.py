@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import learn_recipe
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,6 +28,25 @@ def small_config(tmp_path: Path) -> Path:
     path = tmp_path / "pivot-learn.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def test_arms_name_a_part_of_the_ablation_grid():
+    recipe = learn_recipe("learn_pivot")
+    assert recipe.planned_arms(recipe.parse_args(["--ablation", "--profile", "4"])) == [
+        ("string", 0), ("string", 4), ("functional", 0), ("functional", 4)]
+    # the three-seed comparison: two arms, in the grid's order whatever order they are named in; K 8 by default
+    assert recipe.planned_arms(recipe.parse_args(["--arms", "functional-profiled,string-unfiltered"])) == [
+        ("string", 0), ("functional", 8)]
+    assert recipe.planned_arms(recipe.parse_args(["--reward", "functional"])) == [("functional", 0)]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--arms", "string-profiled,functional-filtered"], "unknown arm functional-filtered; the arms: string-unfiltered"),
+    (["--arms", "string-profiled", "--ablation"], "--ablation trains all four arms"),
+])
+def test_bad_arms_are_refused_with_the_names(argv, says):
+    done = subprocess.run([sys.executable, "recipes/learn_pivot.py", *argv], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
 
 
 @pytest.mark.slow
