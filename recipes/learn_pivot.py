@@ -13,8 +13,8 @@ the teacher's. `--seed N` moves the train tasks (seed 3+N), the held-out tasks (
 (42+N) together; the learning run used 1 and 1001, agentic GRPO 2 and 1002. PivotRL's two parts are flags: `--reward
 functional` scores each action by its effect in the task (terminus_functional), `--profile K` keeps the train rows
 whose K samples of the start vary (`trainers.data profile`); `--ablation` trains {string, functional} x {unfiltered,
-profiled} from the same tasks and start, each arm in its own folder, and `--arms A,B` only the arms named. Seed 0 writes the config's output_dir, seed N that
-folder with `-seedN`, each replaced on every run:
+profiled} from the same tasks and start, each arm in its own folder, and `--arms A,B` only the arms named. Seed 0
+writes the config's output_dir, seed N that folder with `-seedN`, each replaced on every run:
   tasks/train, tasks/heldout         procedural Harbor tasks of the families (harbor_tasks/generate.py)
   teacher/train, teacher/heldout     the scripted teacher in Terminus-2 (eval.scripted_teacher --collect)
   pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots; -functional: for that reward)
@@ -104,7 +104,8 @@ def arm_names(value: str) -> list[str]:
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in ARMS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown arm {', '.join(unknown) or repr(value)}; the arms: {', '.join(ARMS)}")
+        raise argparse.ArgumentTypeError(f"unknown arm {', '.join(unknown) or repr(value)}; "
+                                         f"the arms: {', '.join(ARMS)}")
     return [name for name in ARMS if name in names]
 
 
