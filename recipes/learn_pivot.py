@@ -96,7 +96,7 @@ def arm_name(reward: str, k: int) -> str:
     return f"{reward}-{'profiled' if k else 'unfiltered'}"
 
 
-ARMS = [arm_name(reward, k) for reward in ("string", "functional") for k in (0, 1)]
+ARMS = [arm_name(reward, k) for reward in REWARDS for k in (0, 1)]  # --ablation's grid, in its order
 
 
 def arm_names(value: str) -> list[str]:
@@ -114,7 +114,7 @@ def planned_arms(args: argparse.Namespace) -> list[tuple[str, int]]:
     one arm of --reward and --profile."""
     if not (args.ablation or args.arms):
         return [(args.reward, args.profile)]
-    return [(reward, k) for reward in ("string", "functional") for k in (0, args.profile or 8)
+    return [(reward, k) for reward in REWARDS for k in (0, args.profile or 8)
             if args.ablation or arm_name(reward, k) in args.arms]
 
 
