@@ -117,6 +117,20 @@ def inside(root: Path, rel: str) -> Path:
     return target
 
 
+CLASH = "a file and a folder at once in what the trajectory did (the path first in order kept)"
+
+
+def write_inside(root: Path, rel: str, text: str) -> bool:
+    """Write root/rel; False where the trajectory made the path or one of its folders also a file (or the other way)."""
+    target = inside(root, rel)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    except (NotADirectoryError, IsADirectoryError, FileExistsError):
+        return False
+    return True
+
+
 def write_dockerfile(task: Path, workdir: str) -> None:
     """environment/Dockerfile for the files under environment/files: `COPY files/<top>/ /<top>/` for each top-level
     folder they sit in, `WORKDIR` the trajectory's working folder."""
@@ -143,16 +157,15 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
             if len(text) > MAX_FILE_CHARS:
                 rebuilt.missing.append({"path": path, "why": "too large to keep", "by": state.source})
                 continue
-            target = inside(files, path.lstrip("/"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            if not write_inside(files, path.lstrip("/"), text):
+                rebuilt.missing.append({"path": path, "why": CLASH, "by": state.source})
+                continue
             (rebuilt.recovered if state.content is not None else rebuilt.truncated).append(path)
         elif state.origin == "created":
             rebuilt.created.append(path)
             if state.content is not None and len(state.content) <= MAX_FILE_CHARS:
-                kept = inside(task / "rebuild" / "created", path.lstrip("/"))
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                kept.write_text(state.content)
+                if not write_inside(task / "rebuild" / "created", path.lstrip("/"), state.content):
+                    rebuilt.missing.append({"path": path, "why": CLASH, "by": state.source})
         else:
             rebuilt.missing.append({"path": path, "why": "changed before anything showed it", "by": state.source})
     for path, by in sorted(ws.referenced.items()):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from chat_corpus.from_trajectories import inside, rebuild, summary, write_dockerfile
+from chat_corpus.from_trajectories import rebuild, summary, write_dockerfile, write_inside
 from chat_corpus.workspace_replay import MAX_FILE_CHARS, resolve
 from harbor_tasks.decision_point import DecisionPoint, PlayLimits
 from harbor_tasks.folder import CONFIG, TaskFolder, read_text
@@ -159,12 +159,13 @@ def apply_completion(task: Path, info: dict, files: dict[str, str]) -> dict:
             refused[raw] = why
             continue
         try:
-            target = inside(root, path.lstrip("/"))
+            kept = write_inside(root, path.lstrip("/"), text)
         except ValueError:
             refused[raw] = "outside the workspace"
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        if not kept:
+            refused[raw] = "a file and a folder at once"
+            continue
         written.append(path)
     write_dockerfile(task, info["workdir"])
     return {"written": sorted(written), "refused": refused}

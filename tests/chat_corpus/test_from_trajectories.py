@@ -179,3 +179,26 @@ def test_an_attackers_paths_stay_inside_the_out_folder(tmp_path):
     assert sorted(info["recovered"]) == ["/x/evil.txt", "/x/read.txt"]  # `..` folded at the root, as a shell does
     assert (out / name / "environment/files/x/evil.txt").read_text() == "pwned\n"
     assert info["created"] == ["/x/written.txt"]
+
+
+def test_a_path_that_is_both_a_file_and_a_folder_is_named_not_a_crash(tmp_path):
+    """A weak policy's garbage (`echo a >-183` then `echo b >-183/archive/x`, `cat` of both) makes one path a file and
+    a folder at once; the first kept wins, the other is named in missing, and the next trajectory still rebuilds."""
+    clash = _chat([{"role": "user", "content": "Do it.\nWorking directory: /app"},
+                   *_turns((_call(1, "bash", command="echo Tartu >-183"), ""),
+                           (_call(2, "bash", command="echo Gdansk >-183/archive/x"), ""),
+                           (_call(3, "bash", command="cat data"), "one"),
+                           (_call(4, "bash", command="cat data/inner.txt"), "two"))], uid="clash")
+    fine = _chat([{"role": "user", "content": "Read it."}, *_turns((_call(1, "bash", command="cat a.txt"), "x"))],
+                 uid="fine")
+    source = tmp_path / "a.jsonl"
+    source.write_text(json.dumps(clash) + "\n" + json.dumps(fine) + "\n")
+    report = rebuild([str(source)], tmp_path / "out", run_check=False, progress=False)
+    assert report["rebuilt"] == 2
+    info = json.loads((tmp_path / "out/clash/rebuild/rebuild.json").read_text())
+    assert (tmp_path / "out/clash/rebuild/created/app/-183").read_text() == "Tartu\n"
+    assert (tmp_path / "out/clash/environment/files/app/data").read_text() == "one\n"
+    missing = {m["path"]: m["why"] for m in info["missing"]}
+    assert missing["/app/-183/archive/x"].startswith("a file and a folder at once")
+    assert missing["/app/data/inner.txt"].startswith("a file and a folder at once")
+    assert info["recovered"] == ["/app/data"]

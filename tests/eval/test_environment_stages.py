@@ -60,7 +60,8 @@ GOOD = {"completion": {"files": {"/srv/app/tools/summarize.py": "print('ok')\n",
                                  "notes.txt": "first note\nsecond note\n",
                                  "/srv/app/summary.txt": "FINAL-ANSWER-7431\n",
                                  "/srv/app/config.ini": "[job]\nname = changed\n",
-                                 "../../../../../../etc/x": "y"}},
+                                 "../../../../../../etc/x": "y",
+                                 "/srv/app/config.ini/inner.txt": "under a file"}},
         "tests": {"checks": ["grep -q nightly summary.txt"]},
         "judge": {"sufficient": True, "reason": "the config and the script are there"}}
 
@@ -90,7 +91,8 @@ def test_a_model_completes_writes_tests_and_judges_within_the_rules(tmp_path):
     # `..` folds at the sandbox's /, as a shell's does: /etc/x of the task's image, never a host path
     assert completion["written"] == ["/etc/x", "/srv/app/notes.txt", "/srv/app/tools/summarize.py"]
     assert completion["refused"] == {"/srv/app/summary.txt": "the agent created it",
-                                     "/srv/app/config.ini": "changes what the trajectory showed"}
+                                     "/srv/app/config.ini": "changes what the trajectory showed",
+                                     "/srv/app/config.ini/inner.txt": "a file and a folder at once"}
     files = task / "environment" / "files"
     assert (files / "srv/app/config.ini").read_text() == "[job]\nname = nightly\n"
     assert not (files / "srv/app/summary.txt").exists() and (files / "etc" / "x").read_text() == "y"
