@@ -117,7 +117,8 @@ def inside(root: Path, rel: str) -> Path:
     return target
 
 
-CLASH = "a file and a folder at once in what the trajectory did (the path first in order kept)"
+CLASH = "a file and a folder at once"  # why write_inside refused a path, in a report
+CLASHED = f"{CLASH} in what the trajectory did (the path first in order kept)"  # the same, as a rebuild's missing
 
 
 def write_inside(root: Path, rel: str, text: str) -> bool:
@@ -158,14 +159,14 @@ def write_task(out: Path, name: str, origin: str, uid: str | None, trajectory: T
                 rebuilt.missing.append({"path": path, "why": "too large to keep", "by": state.source})
                 continue
             if not write_inside(files, path.lstrip("/"), text):
-                rebuilt.missing.append({"path": path, "why": CLASH, "by": state.source})
+                rebuilt.missing.append({"path": path, "why": CLASHED, "by": state.source})
                 continue
             (rebuilt.recovered if state.content is not None else rebuilt.truncated).append(path)
         elif state.origin == "created":
             rebuilt.created.append(path)
             if state.content is not None and len(state.content) <= MAX_FILE_CHARS:
                 if not write_inside(task / "rebuild" / "created", path.lstrip("/"), state.content):
-                    rebuilt.missing.append({"path": path, "why": CLASH, "by": state.source})
+                    rebuilt.missing.append({"path": path, "why": CLASHED, "by": state.source})
         else:
             rebuilt.missing.append({"path": path, "why": "changed before anything showed it", "by": state.source})
     for path, by in sorted(ws.referenced.items()):

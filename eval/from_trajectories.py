@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from chat_corpus.from_trajectories import rebuild, summary, write_dockerfile, write_inside
+from chat_corpus.from_trajectories import CLASH, rebuild, summary, write_dockerfile, write_inside
 from chat_corpus.workspace_replay import MAX_FILE_CHARS, resolve
 from harbor_tasks.decision_point import DecisionPoint, PlayLimits
 from harbor_tasks.folder import CONFIG, TaskFolder, read_text
@@ -164,7 +164,7 @@ def apply_completion(task: Path, info: dict, files: dict[str, str]) -> dict:
             refused[raw] = "outside the workspace"
             continue
         if not kept:
-            refused[raw] = "a file and a folder at once"
+            refused[raw] = CLASH
             continue
         written.append(path)
     write_dockerfile(task, info["workdir"])
