@@ -21,7 +21,7 @@ from tqdm import tqdm
 from common.checkpoints import global_step
 from common.errors import UserError
 from eval.metrics import compute_metrics
-from eval.results import build_results
+from eval.results import build_results, write_results
 from eval.serve import checkpoint_family, eval_served_name, resolve_checkpoint, serve_checkpoint
 from harbor_tasks.verdict import INFRA_FAILURE, SCORED
 from rewards.client import RewardClient, RewardClientConfig, completion_parts
@@ -110,8 +110,10 @@ async def _score_rows(rows: list[dict], base_url: str, model: str, reward_url: s
         await client.aclose()
 
 
-def evaluate_decision_points(checkpoint: str, settings, results_file: str, progress=print) -> dict:
-    """Score `settings.suite` (a decision-point JSONL) on `checkpoint`; write `results_file` into it."""
+def evaluate_decision_points(checkpoint: str, settings, results_file: str, progress=print,
+                             results_dir: str | Path | None = None) -> dict:
+    """Score `settings.suite` (a decision-point JSONL) on `checkpoint`; write `results_file` into `results_dir`
+    (default: the checkpoint's folder)."""
     rows = read_rows(settings.suite)
     checkpoint_dir, started = Path(checkpoint), time.monotonic()
     family = checkpoint_family(resolve_checkpoint(checkpoint), settings.model_family)
@@ -124,6 +126,5 @@ def evaluate_decision_points(checkpoint: str, settings, results_file: str, progr
     results = build_results(checkpoint=checkpoint_dir, global_step=global_step(checkpoint), settings=settings,
                             model=served.model, metrics=compute_metrics(trials, infra_errors=settings.infra_errors),
                             trials=trials, harbor_job_dir="", wall_seconds=time.monotonic() - started)
-    if checkpoint_dir.is_dir():
-        (checkpoint_dir / results_file).write_text(json.dumps(results, indent=2))
+    write_results(results, checkpoint_dir, results_file, results_dir)
     return results

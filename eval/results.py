@@ -9,6 +9,7 @@ Runs in: the training venv (standard library only); written by eval.run, read by
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -44,6 +45,16 @@ def build_results(*, checkpoint: str | Path, global_step: int | None, settings, 
         "harbor_job_dir": str(harbor_job_dir), "settings": asdict(settings),
         "wall_seconds": round(wall_seconds, 1),
     }
+
+
+def write_results(results: dict, checkpoint: str | Path, results_file: str,
+                  results_dir: str | Path | None = None) -> None:
+    """`results_file` into `results_dir`, else into the checkpoint's folder when it is one (a hub name has none)."""
+    folder = Path(results_dir) if results_dir is not None else Path(checkpoint)
+    if results_dir is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_dir():
+        (folder / results_file).write_text(json.dumps(results, indent=2))
 
 
 def _fmt(value) -> str:

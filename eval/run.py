@@ -36,7 +36,7 @@ from eval.decision_points import evaluate_decision_points, is_decision_point_sui
 from eval.job_dir import read_job
 from eval import prepare as build_ahead
 from eval.preflight import parse_env_kwargs, preflight, report_lines
-from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line
+from eval.results import RESULTS_FILE, build_results, suite_slug, summary_line, write_results
 from eval.serve import eval_served_name, sanitize_model_name, serve_checkpoint
 from eval.settings import EvalSettings
 from eval.wandb_log import log_to_run
@@ -156,14 +156,14 @@ def run_harbor(command: list[str], job_dir: Path, log_path: Path, extra_env: dic
 
 
 def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULTS_FILE,
-             progress=print) -> dict:
-    """Run one suite on one checkpoint and write `results_file` into the checkpoint dir."""
+             progress=print, results_dir: str | Path | None = None) -> dict:
+    """Run one suite on one checkpoint and write `results_file` into `results_dir` (default: the checkpoint dir)."""
 
     invalid = eval_settings.choice_error(settings)
     if invalid:
         raise EvalError(invalid)
     if is_decision_point_suite(settings.suite):  # a JSONL of pivot rows: one model call and one /verify per row
-        return evaluate_decision_points(checkpoint, settings, results_file, progress)
+        return evaluate_decision_points(checkpoint, settings, results_file, progress, results_dir)
     checkpoint_dir = Path(checkpoint)
     jobs_dir = Path(settings.jobs_dir) if settings.jobs_dir else checkpoint_dir / "eval_jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -182,8 +182,7 @@ def evaluate(checkpoint: str, settings: EvalSettings, results_file: str = RESULT
     results = build_results(checkpoint=checkpoint_dir, global_step=global_step(checkpoint), settings=settings,
                             model=model, metrics=job.metrics(settings.infra_errors), trials=job.trials,
                             harbor_job_dir=jobs_dir / job_name, wall_seconds=time.monotonic() - started)
-    if checkpoint_dir.is_dir():
-        (checkpoint_dir / results_file).write_text(json.dumps(results, indent=2))
+    write_results(results, checkpoint_dir, results_file, results_dir)
     return results
 
 
@@ -218,7 +217,7 @@ def evaluate_endpoint(model_url: str, model: str, settings: EvalSettings, api_ke
                             metrics=job.metrics(settings.infra_errors), trials=job.trials,
                             harbor_job_dir=jobs_dir / job_name,
                             wall_seconds=time.monotonic() - started)
-    (jobs_dir / results_file).write_text(json.dumps(results, indent=2))
+    write_results(results, jobs_dir, results_file)
     return results
 
 

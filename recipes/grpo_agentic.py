@@ -41,6 +41,7 @@ from trainers.agentic import (
 from trainers.eval_callback import EvalArguments, EvalOnSaveCallback
 from trainers.recipe_config import exit_on_user_error, parse_config
 from trainers.summary import build_agentic_summary, print_agentic_summary, write_summary
+from trainers.task_profiling import profile_tasks
 from trainers.terminus_rollout import terminus_rollout
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "agentic-tiny.yaml"
@@ -69,6 +70,12 @@ def main():
     seeds = check_held_out(task_args.task_dirs, eval_args.eval_suites)
     config = sys.argv[sys.argv.index("--config") + 1] if "--config" in sys.argv else str(DEFAULT_CONFIG)
     eval_args.eval_agent = check_eval_agent(task_args, eval_args.eval_agent, config, sys.argv[1:])
+    task_profile = None
+    if task_args.profile_attempts:  # the main process runs the start's trials; the others read its task_profile.json
+        with state.main_process_first():
+            tasks, task_profile = profile_tasks(tasks, model_path, eval_args.settings(""),
+                                                task_args.profile_options(training_args.temperature),
+                                                training_args.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
 
     # step 0 (eval_on_start: checkpoint-0 scored like every save) is the callback's: the Trainer's own would first
@@ -95,7 +102,7 @@ def main():
 
     summary = build_agentic_summary(trainer, tasks, task_args.task_dirs, stats.as_dict(), time.monotonic() - started,
                                     resume, by_family=reward.by_family, evals=callback.completed if callback else None,
-                                    seeds=seeds, harness=task_args.harness)
+                                    seeds=seeds, harness=task_args.harness, task_profile=task_profile)
     if trainer.is_world_process_zero():
         print_agentic_summary(summary)
         write_summary(summary)

@@ -25,6 +25,7 @@ from harbor_tasks.folder import TaskFolder, task_folders, task_seeds
 from harbor_tasks.families import UnknownFamily, select
 from harbor_tasks.generate import generate, task_names
 from harbor_tasks.verdict import TAMPER_KINDS, passed
+from trainers.profiling import KEEP, MIN_SCORED, ProfileOptions
 
 VERIFY_WORKERS = 8  # episodes of one generation batch verified at once
 _LIMITS = EpisodeLimits()
@@ -53,6 +54,16 @@ class AgenticTaskArguments:
     heldout_n: int = field(default=20, metadata={"help": "how many held-out tasks"})
     heldout_families: list[str] = field(default_factory=list, metadata={
         "help": "the held-out tasks' families (default: generate_families)"})
+    # task profiling (trainers/task_profiling.py): the keep rules of pivot profiling (trainers/profiling.py)
+    profile_attempts: int = field(default=0, metadata={
+        "help": "before the first step, run the start this many times on every train task at the training "
+                "temperature (an eval in the run's harness) and train only on the tasks profile_keep keeps; 0: "
+                "train on every task"})
+    profile_keep: str = field(default="mixed", metadata={
+        "help": "mixed: the tasks whose trials disagree, below profile_max_mean; hard: every task below "
+                "profile_max_mean; all: every task (the profile is still written)"})
+    profile_max_mean: float = field(default=1.0, metadata={
+        "help": "the difficulty bar: a kept task passes less than this share of its scored trials"})
     # the episode limits: EpisodeLimits's defaults (episodes/local.py), one definition
     command_timeout_sec: float = _LIMITS.command_timeout_sec
     episode_wall_sec: float = _LIMITS.episode_wall_sec
@@ -85,6 +96,18 @@ class AgenticTaskArguments:
             raise ValueError(f"sandbox_urls: {', '.join(bad)} is not an http(s):// URL of an episode server")
         if self.sandbox_start_timeout <= 0 or self.sandbox_retries < 0:
             raise ValueError("sandbox_start_timeout must be positive and sandbox_retries at least 0")
+        if self.profile_attempts and self.profile_attempts < MIN_SCORED:
+            raise ValueError(f"profile_attempts: {self.profile_attempts} trials give no spread: use 0 (no "
+                             f"profiling) or at least {MIN_SCORED}")
+        if self.profile_attempts < 0 or self.profile_keep not in KEEP or not 0 < self.profile_max_mean <= 1:
+            raise ValueError(f"profile_attempts must be 0 or more, profile_keep one of {', '.join(KEEP)}, "
+                             f"profile_max_mean in (0, 1]; got {self.profile_attempts}, {self.profile_keep!r}, "
+                             f"{self.profile_max_mean}")
+
+    def profile_options(self, temperature: float) -> ProfileOptions:
+        """The task profile's rules, its trials sampled at the training `temperature`."""
+        return ProfileOptions(k=self.profile_attempts, keep=self.profile_keep, max_mean=self.profile_max_mean,
+                              temperature=temperature)
 
     def limits(self) -> EpisodeLimits:
         try:

@@ -145,13 +145,14 @@ def print_grpo_summary(summary: dict) -> None:
 def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: dict, wall_seconds: float,
                           resumed_from: str | None, by_family: dict | None = None,
                           evals: list[dict] | None = None, seeds: dict | None = None,
-                          harness: str = BASH_TOOL_HARNESS) -> dict:
+                          harness: str = BASH_TOOL_HARNESS, task_profile: dict | None = None) -> dict:
     """`episodes`: the run's `task_env.EpisodeStats.as_dict()` (counts, not-scored kinds, sandbox timings);
     `by_family`: the reward's {family: {"scored", "passed"}}; `evals`: the eval callback's results, in order.
     `seeds`: {"train_seeds", "eval_seeds"} of the generated tasks (trainers.agentic.check_held_out); `harness`: how
     the policy acted (common/harnesses.py), which is also the agent its evals ran.
     `rollout_pass_rate_by_step`: [step, the logged episodes/pass_rate] (the train tasks' rollouts, at the sampling
-    temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve)."""
+    temperature); `eval_by_step`: {suite: [[step, mean_reward], ...]} (the held-out curve); `task_profile`: what
+    profiling the train tasks kept (trainers/task_profiling.py), when the run profiled them."""
     rollouts = [[entry["step"], round(entry["episodes/pass_rate"], 4)] for entry in trainer.state.log_history
                 if "episodes/pass_rate" in entry and "step" in entry]
     curves: dict[str, list] = {}
@@ -163,7 +164,8 @@ def build_agentic_summary(trainer, tasks: list, task_dirs: list[str], episodes: 
             "global_step": trainer.state.global_step,
             "final_loss": final_loss(trainer.state.log_history), "wall_seconds": round(wall_seconds, 1),
             "resumed_from": resumed_from, "output_dir": str(trainer.args.output_dir), "wandb_run_dir": wandb_run_dir(),
-            **(seeds or {}), "by_family": families, "rollout_pass_rate_by_step": rollouts, "eval_by_step": curves}
+            **(seeds or {}), "by_family": families, "rollout_pass_rate_by_step": rollouts, "eval_by_step": curves,
+            **({"task_profile": task_profile} if task_profile else {})}
 
 
 def print_agentic_summary(summary: dict) -> None:
@@ -181,6 +183,10 @@ def print_agentic_summary(summary: dict) -> None:
     if summary.get("train_seeds") or summary.get("eval_seeds"):
         print(f"generated tasks by seed: train {summary.get('train_seeds') or {}}, held out "
               f"{summary.get('eval_seeds') or {}}")
+    if summary.get("task_profile"):
+        from trainers.task_profiling import summary_line
+
+        print(summary_line(summary["task_profile"]))
     if summary.get("by_family"):
         print("rollout pass rate by family: " + ", ".join(
             f"{family} {c['pass_rate']} ({c['passed']}/{c['scored']})" for family, c in summary["by_family"].items()))
