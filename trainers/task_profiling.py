@@ -18,10 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from common.errors import ConfigError
+from eval.metrics import reward_or_zero
+from eval.outcomes import is_infra
 from eval.run import evaluate
 from eval.settings import EvalSettings
 from harbor_tasks.folder import TaskFolder
-from harbor_tasks.verdict import INFRA_FAILURE
 from trainers.profiling import DROP_REASONS, ProfileOptions, drop_reason, row_profile
 
 PROFILE_FILE = "task_profile.json"
@@ -42,9 +43,7 @@ def harbor_names(tasks: list[Path]) -> dict[str, Path]:
 def trial_score(entry: dict) -> float | None:
     """A trial's score in the profile: None when infrastructure ended it (never a score), else its reward (0 when an
     agent failure left none)."""
-    if entry.get("outcome") == INFRA_FAILURE:
-        return None
-    return float(entry.get("reward") or 0.0)
+    return None if is_infra(entry) else reward_or_zero(entry.get("reward"))
 
 
 def _setting(tasks: list[Path], start: str, settings: EvalSettings, options: ProfileOptions) -> dict:
@@ -114,7 +113,7 @@ def _profile(tasks: list[Path], start: str, settings: EvalSettings, options: Pro
         jobs.append(results.get("harbor_job_dir"))
         for entry in results["tasks"]:
             task = names.get(entry["task"]) or names.get(str(entry["task"]).rsplit("/", 1)[-1])
-            if task is not None and task.name in scores:  # a folder's task the run does not train on is left out
+            if task is not None:  # a folder's task the run does not train on is left out
                 scores[task.name].append(trial_score(entry))
     by_task = {}
     for name, got in scores.items():
