@@ -13,6 +13,7 @@ the world seed too (harbor_tasks/families). The families and layout: eval/tasks/
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -51,6 +52,10 @@ storage_mb = 2048
 network_mode = "no-network"
 workdir = "/app"
 {steps}"""
+# Every file of a generated environment is dated this (2026-01-01 00:00 UTC), as SOURCE_DATE_EPOCH dates a
+# reproducible build: COPY keeps mtimes, so a world written at generation time showed that time in `ls -l`, and two
+# runs of one learning command trained on different screens (and tokenizers)
+WORLD_MTIME = 1767225600
 # a multi-round task (EvoCode-Bench v2's layout): one workspace and steps/round-N, the trial reward the rounds' mean
 MULTI_STEP_TOP = 'schema_version = "1.2"\nmulti_step_reward_strategy = "mean"'
 STEP_TOML = """
@@ -100,11 +105,19 @@ def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | 
                "#!/bin/bash\nset -euo pipefail\ncd \"${APP_DIR:-/app}\"\n" + "".join(c + "\n" for c in inst.setup),
                0o755)
     _write(task / "environment" / "Dockerfile", dockerfile)
+    _date(task / "environment")
     if not steps:
         _write_step(task, inst.instruction, inst.solve, all_checks(inst.checks), shallow)
     for step, round_ in zip(steps, inst.rounds):
         _write_step(task / "steps" / step, round_.instruction, round_.solve, _cases(round_.cases), shallow)
     return task
+
+
+def _date(root: Path) -> None:
+    """Every file and folder under `root`, and `root`, dated WORLD_MTIME (deepest first: dating a child changes no
+    parent's mtime, but writing one does)."""
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [root]:
+        os.utime(path, (WORLD_MTIME, WORLD_MTIME), follow_symlinks=False)
 
 
 def _write_step(where: Path, instruction: str, solve: list[str], checks: str, shallow: bool) -> None:

@@ -64,6 +64,14 @@ def test_same_seed_is_byte_identical_other_seed_differs(tmp_path):
         assert inst_a != inst_c, family
 
 
+def test_an_environment_is_dated_the_same_whenever_it_is_generated(generated):
+    """COPY keeps mtimes: dated at generation, `ls -l` in the sandbox showed the hour the task was written, and two
+    runs of one learning command trained on different screens."""
+    dated = [p for task in generated for p in [task / "environment", *(task / "environment").rglob("*")]]
+    assert len(dated) > 3 * len(generated)
+    assert {p.lstat().st_mtime for p in dated} == {gen.WORLD_MTIME}
+
+
 def test_every_family_appears_with_valid_names(generated):
     assert len(generated) == 2 * N_FAMILIES
     families = {p.name.rsplit("-", 2)[0] for p in generated}
