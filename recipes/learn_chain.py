@@ -3,13 +3,16 @@
     make learn                    # the start: outputs/learn/checkpoint-304 (the Terminus-2 learning run)
     make learn-chain              # = python recipes/learn_chain.py; everything in outputs/learn-chain/
     python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 30] [--train_tasks 160] [--heldout_tasks 30]
-                                  [--families a,b,...] [-- --key value ...]   (GRPO keys for every arm)
+                                  [--families a,b,...] [--pivot_reward string|functional] [--profile K]
+                                  [-- --key value ...]   (GRPO keys for every arm)
 
 Four arms from one start, on the same train and held-out tasks, in one harness (Terminus-2): `sft` (the start, no
 GRPO), `pivot` (pivot GRPO on the scripted teacher's decision points, configs/grpo/pivot-learn.yaml), `agentic`
 (agentic GRPO, Terminus-2 episodes, configs/grpo/agentic-terminus-learn.yaml) and `pivot-agentic` (the pivot arm's
 save at half its steps, then agentic from it for the other half: the same total GRPO steps as the one-stage arms; the
-pivot half is not re-run, it is the pivot arm's own first half). Every arm is scored at step 0 (the start, once), at
+pivot half is not re-run, it is the pivot arm's own first half). `--pivot_reward functional --profile 8` makes the
+pivot stage PivotRL's (the action judged by its effect, the rows the start's samples disagree on), as in make
+learn-pivot. Every arm is scored at step 0 (the start, once), at
 half its steps and at the end: Harbor's terminus-2, greedy, on the held-out tasks. `--seed N` moves train tasks
 (6+N), held-out tasks (1006+N) and the trainers' seed (42+N) together. Seed 0 writes outputs/learn-chain, seed N
 outputs/learn-chain-seedN, replaced on each run: tasks/, teacher/, pivots/, sft/checkpoint-0, pivot/, agentic/,
@@ -38,7 +41,9 @@ from eval.run import evaluate  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
 from trainers.eval_callback import EvalArguments  # noqa: E402
-from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
+from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
+from trainers.learning_runs import (build_pivots, checked_families, curve, pivot_reward_args,  # noqa: E402
+                                    profile_pivots, run_seeds)
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -64,6 +69,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "generate_families, those the start gets partly right; all where it names none)")
     parser.add_argument("--threshold", type=float, default=1.0, help="the decision points' keystroke similarity for "
                         "reward 1 (default: %(default)s, as make learn-pivot)")
+    parser.add_argument("--pivot_reward", default="string", choices=sorted(PIVOT_REWARDS), help=(
+        "the pivot stage's reward: string (terminus_judge's keystroke similarity to the teacher's action) or "
+        "functional (terminus_functional: the action judged by its effect in the task's sandbox) (default: "
+        "%(default)s)"))
+    parser.add_argument("--profile", type=int, default=0, metavar="K", help=(
+        "profile the pivot rows with K samples of the start each and train the pivot stage on those whose rewards "
+        "vary (PivotRL's filter; 0: every row) (default: %(default)s)"))
     parser.add_argument("--out", help="the output folder (default: outputs/learn-chain, -seedN for --seed N)")
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
@@ -140,8 +152,19 @@ def main(argv=None) -> int:
     from eval.scripted_teacher import collect as collect_teacher
 
     teacher = collect_teacher(train, out / "teacher" / "train", args.teacher_concurrency)
-    pivots = build_pivots(teacher["harbor_job_dir"], out / "pivots" / "train.jsonl", args.threshold)
+    pivot_rows = out / "pivots" / "train.jsonl"
+    pivots = build_pivots(teacher["harbor_job_dir"], pivot_rows, args.threshold, PIVOT_REWARDS[args.pivot_reward][0])
     done()
+
+    profile = None
+    if args.profile:
+        done = stage(f"profiling the decision points ({args.pivot_reward} reward, K {args.profile}, the start)",
+                     timings)
+        profiled = out / "pivots" / "train.profiled.jsonl"
+        profile = profile_pivots(pivot_rows, profiled, start, args.profile, args.pivot_reward,
+                                 yaml.safe_load(PIVOT_CONFIG.read_text()))
+        pivot_rows = profiled
+        done()
 
     done = stage("the start on the held-out tasks (step 0 of every arm)", timings)
     step0 = out / "sft" / "checkpoint-0"
@@ -155,7 +178,7 @@ def main(argv=None) -> int:
     done()
 
     half, trainer_seed = half_of(args.steps), seeds["trainer"]
-    pivot_data = ["--datasets", str(out / "pivots" / "train.jsonl"), "--eval_suites", str(heldout)]
+    pivot_data = ["--datasets", str(pivot_rows), "--eval_suites", str(heldout), *pivot_reward_args(args.pivot_reward)]
     agentic_data = ["--task_dirs", str(train), "--heldout_dir", str(heldout), "--eval_suites", str(heldout)]
     # The chain's first stage is the pivot arm's first half: the same start, data, seed and constant schedule, saved
     # at `half`; its agentic stage starts from that save rather than re-running the same pivot steps.
@@ -188,7 +211,8 @@ def main(argv=None) -> int:
         "start": start, "seed": args.seed, "seeds": seeds, "families": families, "steps": args.steps,
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
         "teacher": {"trials": teacher["metrics"].get("n_trials"), "solved": teacher["metrics"].get("mean_reward")},
-        "pivots": pivots.get("rows"), "heldout_pass_rate": table,
+        "pivots": pivots.get("rows"), "pivot_reward": args.pivot_reward, "profile": profile,
+        "heldout_pass_rate": table,
         "grpo": {arm: {folder.name: _grpo_summary(folder)} for arm, (_, _, _, folder, _, _) in arms.items()},
         "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
         "commands": {"this": " ".join(["python recipes/learn_chain.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -197,7 +221,9 @@ def main(argv=None) -> int:
     (out / "learn_chain_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n=== learn-chain: done in {summary['total_s'] / 60:.1f} min; start {start}; seeds train "
           f"{seeds['train']}, held-out {seeds['heldout']}, trainer {seeds['trainer']}; "
-          f"{pivots.get('rows', {}).get('written')} decision points")
+          f"{pivots.get('rows', {}).get('written')} decision points, pivot reward {args.pivot_reward}")
+    if profile:
+        print(f"profiled: {profile['kept']} of {profile['rows']} decision points kept (dropped {profile['dropped']})")
     print(f"held-out pass rate (Harbor's terminus-2, greedy, {args.heldout_tasks} tasks) by step:")
     width = max(len(arm) for arm in ARMS)
     print(f"  {'arm':<{width}}  " + "  ".join(f"{step:>5}" for step in steps))

@@ -43,14 +43,13 @@ from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
-from trainers.learning_runs import build_pivots, checked_families, curve, run_seeds  # noqa: E402
+from trainers.learning_runs import PIVOT_REWARDS as REWARDS  # noqa: E402
+from trainers.learning_runs import (build_pivots, checked_families, curve, pivot_reward_args,  # noqa: E402
+                                    profile_pivots, run_seeds)
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
-# --reward: the environment the rows are built for, the reward server's config, the verify timeout GRPO waits
-REWARDS = {"string": ("terminus_judge", "configs/rewards/terminus_judge_string_only.yaml", 30),
-           "functional": ("terminus_functional", "configs/rewards/terminus_functional.yaml", 180)}
 TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 3, 1003, 42  # + --seed
 
 
@@ -227,23 +226,13 @@ def train_arm(args, config: dict, reward: str, k: int, start: str, seeds: dict, 
               timings: dict, stage) -> dict:
     """One arm: the train rows for `reward` (profiled with the start when `k`), GRPO with that reward, the start and
     every save scored on the held-out tasks and decision points, the curve; the arm's part of the summary."""
-    environment, reward_config, reward_timeout = REWARDS[reward]
+    environment = REWARDS[reward][0]
     suffix = "" if reward == "string" else f"-{reward}"
     rows, profile = out / "pivots" / f"train{suffix}.jsonl", None
     if k:
         done = stage(f"profiling the train rows ({reward} reward, K {k}, the start)", timings)
         profiled = out / "pivots" / f"train{suffix}.profiled.jsonl"
-        command = [sys.executable, "-m", "trainers.data", "profile", "--rows", str(rows), "--out", str(profiled),
-                   "--checkpoint", start, "--k", str(k), "--keep", args.keep, "--max_mean", str(args.max_mean),
-                   "--temperature", str(config.get("temperature", 1.0)),
-                   "--max_tokens", str(config.get("max_completion_length", 256)),
-                   "--reward_server_config", reward_config, "--json"]
-        print(" ".join(command), flush=True)
-        profile = json.loads(subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout)
-        if not profile["kept"]:
-            raise ConfigError(f"profiling kept none of {rows}'s {profile['rows']} rows (dropped {profile['dropped']}): "
-                              "the start gets every row always or never right; lower --max_mean's bar or pick "
-                              "another --start")
+        profile = profile_pivots(rows, profiled, start, k, reward, config, args.keep, args.max_mean)
         rows = profiled
         done()
 
@@ -254,7 +243,7 @@ def train_arm(args, config: dict, reward: str, k: int, start: str, seeds: dict, 
                "recipes/grpo.py", "--config", str(args.config), "--model_name_or_path", start,
                "--output_dir", str(arm_out), "--run_name", arm_out.name, "--seed", str(seeds["trainer"]),
                "--datasets", str(rows), "--eval_suites", heldout_tasks, heldout_pivots,
-               "--reward_server_config", reward_config, "--reward_timeout", str(reward_timeout), *args.grpo_args]
+               *pivot_reward_args(reward), *args.grpo_args]
     print(" ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, check=True)
     grpo = json.loads((arm_out / "run_summary.json").read_text())

@@ -17,6 +17,10 @@ from harbor_tasks.folder import TaskFolder, task_folders
 from harbor_tasks.generate import write_task
 
 REPO = Path(__file__).resolve().parents[1]
+# A pivot GRPO run's reward (learn_pivot --reward, learn_chain --pivot_reward): the environment its rows are built
+# for, the reward server's config, the verify timeout GRPO waits
+PIVOT_REWARDS = {"string": ("terminus_judge", "configs/rewards/terminus_judge_string_only.yaml", 30),
+                 "functional": ("terminus_functional", "configs/rewards/terminus_functional.yaml", 180)}
 
 
 def checked_families(arg: str | None, default: list[str] | None = None) -> list[str]:
@@ -50,6 +54,31 @@ def build_pivots(job_dir: str, out: Path, threshold: float, environment: str = "
     print(" ".join(command), flush=True)
     done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
+
+
+def pivot_reward_args(reward: str) -> list[str]:
+    """recipes/grpo.py's flags for a pivot reward: its reward server's config and verify timeout."""
+    _, config, timeout = PIVOT_REWARDS[reward]
+    return ["--reward_server_config", config, "--reward_timeout", str(timeout)]
+
+
+def profile_pivots(rows: Path, out: Path, start: str, k: int, reward: str, grpo_config: dict, keep: str = "mixed",
+                   max_mean: float = 1.0) -> dict:
+    """PivotRL's filter: `python -m trainers.data profile` of `rows` with K samples each of the start (sampled as the
+    GRPO config samples: its temperature and completion length) under `reward`; its summary. ConfigError when it
+    keeps no row (nothing to train on)."""
+    command = [sys.executable, "-m", "trainers.data", "profile", "--rows", str(rows), "--out", str(out),
+               "--checkpoint", start, "--k", str(k), "--keep", keep, "--max_mean", str(max_mean),
+               "--temperature", str(grpo_config.get("temperature", 1.0)),
+               "--max_tokens", str(grpo_config.get("max_completion_length", 256)),
+               "--reward_server_config", PIVOT_REWARDS[reward][1], "--json"]
+    print(" ".join(command), flush=True)
+    profile = json.loads(subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    if not profile["kept"]:
+        raise ConfigError(f"profiling kept none of {rows}'s {profile['rows']} rows (dropped {profile['dropped']}): "
+                          "the start gets every row always or never right; lower --max_mean's bar or pick "
+                          "another --start")
+    return profile
 
 
 def curve(rows: list[dict], suite: str) -> list[tuple[int, float | None]]:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -64,17 +65,20 @@ def test_every_stage_saves_once_halfway_and_at_its_end_and_the_chain_starts_from
     assert len(chain_agentic) == min(2, steps - half) and chain_agentic[-1] == steps - half
 
 
-@pytest.mark.parametrize("recipe, config", [("recipes/grpo.py", learn_chain.PIVOT_CONFIG),
-                                            ("recipes/grpo_agentic.py", learn_chain.AGENTIC_CONFIG)])
-def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, config):
-    """What learn_chain passes each GRPO stage (start, output, steps, saves, seed, data, evals) are the recipe's keys."""
+@pytest.mark.parametrize("recipe, config, pivot_reward", [("recipes/grpo.py", learn_chain.PIVOT_CONFIG, "string"),
+                                                          ("recipes/grpo.py", learn_chain.PIVOT_CONFIG, "functional"),
+                                                          ("recipes/grpo_agentic.py", learn_chain.AGENTIC_CONFIG, None)])
+def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, config, pivot_reward):
+    """What learn_chain passes each GRPO stage (start, output, steps, saves, seed, data, evals, the pivot stage's
+    reward server) are the recipe's keys."""
     from trl import GRPOConfig, ModelConfig
 
     from trainers.eval_callback import EvalArguments
     from trainers.recipe_config import parse_config
 
     args = SimpleNamespace(accelerate_config="configs/accelerate/cpu.yaml", grpo_args=["--num_generations", "4"])
-    data = (["--datasets", "p.jsonl", "--eval_suites", "held"] if recipe == "recipes/grpo.py" else
+    data = (["--datasets", "p.jsonl", "--eval_suites", "held", *learn_chain.pivot_reward_args(pivot_reward)]
+            if recipe == "recipes/grpo.py" else
             ["--task_dirs", "train", "--heldout_dir", "held", "--eval_suites", "held"])
     command = learn_chain.grpo_command(recipe, config, "outputs/learn", tmp_path / "arm", 40, 43, args, *data)
     argv = command[command.index(recipe) + 1:]
@@ -83,8 +87,10 @@ def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, c
         from chat_corpus.sft_corpus import CorpusArguments
         from rewards.client import RewardArguments
 
-        specific, _, grpo, model, evals = parse_config(
+        specific, reward, grpo, model, evals = parse_config(
             (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig, EvalArguments), config, argv)
+        expected = {"string": ("terminus_judge_string_only.yaml", 30), "functional": ("terminus_functional.yaml", 180)}
+        assert (Path(reward.reward_server_config).name, reward.reward_timeout) == expected[pivot_reward]
     else:
         from trainers.agentic import AgenticTaskArguments
 
