@@ -97,6 +97,14 @@ def grpo_command(recipe: str, config: Path, start: str, out: Path, steps: int, s
             "--save_steps", str(half_of(steps)), "--eval_on_start", "false", *extra, *args.grpo_args]
 
 
+def agentic_task_args(train: Path, heldout: Path, seeds: dict, n_train: int, n_heldout: int, families: list[str]):
+    """The agentic stages' tasks: the chain's folders, with the generation that made them (seeds, counts, families),
+    which grpo_agentic checks the folders against; its config's own generate_seed would refuse them."""
+    return ["--task_dirs", str(train), "--generate_seed", str(seeds["train"]), "--generate_n", str(n_train),
+            "--generate_families", *families, "--heldout_dir", str(heldout), "--heldout_seed", str(seeds["heldout"]),
+            "--heldout_n", str(n_heldout), "--heldout_families", *families, "--eval_suites", str(heldout)]
+
+
 def run_stage_command(command: list, log: Path) -> None:
     print(" ".join(command), flush=True)
     with open(log, "w") as stream:
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
 
     half, trainer_seed = half_of(args.steps), seeds["trainer"]
     pivot_data = ["--datasets", str(pivot_rows), "--eval_suites", str(heldout), *pivot_reward_args(args.pivot_reward)]
-    agentic_data = ["--task_dirs", str(train), "--heldout_dir", str(heldout), "--eval_suites", str(heldout)]
+    agentic_data = agentic_task_args(train, heldout, seeds, args.train_tasks, args.heldout_tasks, families)
     # The chain's first stage is the pivot arm's first half: the same start, data, seed and constant schedule, saved
     # at `half`; its agentic stage starts from that save rather than re-running the same pivot steps.
     arms = {  # arm: (recipe, config, start, output folder, steps, data)

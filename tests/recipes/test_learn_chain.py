@@ -15,6 +15,8 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "recipes"))
 import learn_chain  # noqa: E402
 
+from harbor_tasks.generate import generate  # noqa: E402
+
 
 def results(folder, step, score, suite="held"):
     checkpoint = folder / f"checkpoint-{step}"
@@ -77,9 +79,14 @@ def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, c
     from trainers.recipe_config import parse_config
 
     args = SimpleNamespace(accelerate_config="configs/accelerate/cpu.yaml", grpo_args=["--num_generations", "4"])
-    data = (["--datasets", "p.jsonl", "--eval_suites", "held", *learn_chain.pivot_reward_args(pivot_reward)]
-            if recipe == "recipes/grpo.py" else
-            ["--task_dirs", "train", "--heldout_dir", "held", "--eval_suites", "held"])
+    held = str(tmp_path / "held")
+    if recipe == "recipes/grpo.py":
+        data = ["--datasets", "p.jsonl", "--eval_suites", held, *learn_chain.pivot_reward_args(pivot_reward)]
+    else:  # the chain's own tasks, generated as it generates them
+        families, seeds = ["rename-ext", "write-value"], {"train": 7, "heldout": 1007}
+        generate(tmp_path / "train", seeds["train"], 6, families)
+        generate(tmp_path / "held", seeds["heldout"], 4, families)
+        data = learn_chain.agentic_task_args(tmp_path / "train", tmp_path / "held", seeds, 6, 4, families)
     command = learn_chain.grpo_command(recipe, config, "outputs/learn", tmp_path / "arm", 40, 43, args, *data)
     argv = command[command.index(recipe) + 1:]
     assert argv[argv.index("--max_steps") + 1] == "40" and argv[argv.index("--save_steps") + 1] == "20"
@@ -98,9 +105,13 @@ def test_each_arms_command_parses_through_its_recipes_parser(tmp_path, recipe, c
                                                     config, argv)
     assert grpo.max_steps == 40 and grpo.save_steps == 20 and grpo.seed == 43 and grpo.num_generations == 4
     assert grpo.output_dir == str(tmp_path / "arm") and model.model_name_or_path == "outputs/learn"
-    assert evals.eval_suites == ["held"] and not grpo.eval_on_start
+    assert evals.eval_suites == [held] and not grpo.eval_on_start
     if recipe == "recipes/grpo_agentic.py":
-        assert specific.harness == "terminus-2" and specific.task_dirs == ["train"]
+        from trainers.agentic import prepare_tasks
+
+        assert specific.harness == "terminus-2" and specific.task_dirs == [str(tmp_path / "train")]
+        # the recipe takes the chain's folders as they are (its config's generate_seed 2 refused them: 2026-12-06)
+        assert len(prepare_tasks(specific)) == 6 and len(list((tmp_path / "held").iterdir())) == 4
     assert evals.eval_temperature == 0.0  # greedy, as the start is scored
 
 
