@@ -54,7 +54,7 @@ workdir = "/app"
 {steps}"""
 # Every file of a generated environment is dated this (2026-01-01 00:00 UTC), as SOURCE_DATE_EPOCH dates a
 # reproducible build: COPY keeps mtimes, so a world written at generation time showed that time in `ls -l`, and two
-# runs of one learning command trained on different screens (and tokenizers)
+# runs of one learning command trained on different screens
 WORLD_MTIME = 1767225600
 # a multi-round task (EvoCode-Bench v2's layout): one workspace and steps/round-N, the trial reward the rounds' mean
 MULTI_STEP_TOP = 'schema_version = "1.2"\nmulti_step_reward_strategy = "mean"'

@@ -12,11 +12,11 @@ GRPO), `pivot` (pivot GRPO on the scripted teacher's decision points, configs/gr
 save at half its steps, then agentic from it for the other half: the same total GRPO steps as the one-stage arms; the
 pivot half is not re-run, it is the pivot arm's own first half). `--pivot_reward functional --profile 8` makes the
 pivot stage PivotRL's (the action judged by its effect, the rows the start's samples disagree on), as in make
-learn-pivot. Every arm is scored at step 0 (the start, once), at
-half its steps and at the end: Harbor's terminus-2, greedy, on the held-out tasks. `--seed N` moves train tasks
-(6+N), held-out tasks (1006+N) and the trainers' seed (42+N) together. Seed 0 writes outputs/learn-chain, seed N
-outputs/learn-chain-seedN, replaced on each run: tasks/, teacher/, pivots/, sft/checkpoint-0, pivot/, agentic/,
-pivot-agentic/agentic/, chain.png and learn_chain_summary.json (the table: held-out pass rate per arm and step).
+learn-pivot. Every arm is scored at step 0 (the start, once), at half its steps and at the end: Harbor's terminus-2,
+greedy, on the held-out tasks. `--seed N` moves train tasks (6+N), held-out tasks (1006+N) and the trainers' seed
+(42+N) together. Seed 0 writes outputs/learn-chain, seed N outputs/learn-chain-seedN, replaced on each run: tasks/,
+teacher/, pivots/, sft/checkpoint-0, pivot/, agentic/, pivot-agentic/agentic/, chain.png and learn_chain_summary.json
+(the table: held-out pass rate per arm and step).
 docs/agentic-grpo.md#the-chain-sft-pivot-agentic.
 """
 
