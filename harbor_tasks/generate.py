@@ -114,9 +114,9 @@ def write_task(out: Path, family: str, seed: int, index: int, world_seed: int | 
 
 
 def _date(root: Path) -> None:
-    """Every file and folder under `root`, and `root`, dated WORLD_MTIME (deepest first: dating a child changes no
-    parent's mtime, but writing one does)."""
-    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [root]:
+    """`root` and everything under it dated WORLD_MTIME, once nothing more is written there (dating a path changes no
+    folder's mtime; writing into one does)."""
+    for path in [root, *root.rglob("*")]:
         os.utime(path, (WORLD_MTIME, WORLD_MTIME), follow_symlinks=False)
 
 

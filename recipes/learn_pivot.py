@@ -43,7 +43,7 @@ from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
-from trainers.learning_runs import PIVOT_REWARDS as REWARDS  # noqa: E402
+from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
 from trainers.learning_runs import (build_pivots, checked_families, curve, pivot_reward_args,  # noqa: E402
                                     profile_pivots, run_seeds)
 from trainers.learning_runs import stage as run_stage  # noqa: E402
@@ -65,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=1.0,
                         help="the rows' keystroke similarity for reward 1, train and held-out (default: %(default)s, "
                              "exact: a wrong digit or name fails these tasks yet is 0.9 similar; NVIDIA's set: 0.9)")
-    parser.add_argument("--reward", default="string", choices=sorted(REWARDS), help=(
+    parser.add_argument("--reward", default="string", choices=sorted(PIVOT_REWARDS), help=(
         "string: terminus_judge's keystroke similarity to the teacher's action; functional: terminus_functional, the "
         "action judged by its effect in the task's sandbox (default: %(default)s)"))
     parser.add_argument("--profile", type=int, default=0, metavar="K", help=(
@@ -95,7 +95,7 @@ def arm_name(reward: str, k: int) -> str:
     return f"{reward}-{'profiled' if k else 'unfiltered'}"
 
 
-ARMS = [arm_name(reward, k) for reward in REWARDS for k in (0, 1)]  # --ablation's grid, in its order
+ARMS = [arm_name(reward, k) for reward in PIVOT_REWARDS for k in (0, 1)]  # --ablation's grid, in its order
 
 
 def arm_names(value: str) -> list[str]:
@@ -113,7 +113,7 @@ def planned_arms(args: argparse.Namespace) -> list[tuple[str, int]]:
     one arm of --reward and --profile."""
     if not (args.ablation or args.arms):
         return [(args.reward, args.profile)]
-    return [(reward, k) for reward in REWARDS for k in (0, args.profile or 8)
+    return [(reward, k) for reward in PIVOT_REWARDS for k in (0, args.profile or 8)
             if args.ablation or arm_name(reward, k) in args.arms]
 
 
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
         for side in ("train", "heldout"):
             pivots[f"{side}{suffix}"] = build_pivots(teacher[side]["harbor_job_dir"],
                                                      out / "pivots" / f"{side}{suffix}.jsonl", args.threshold,
-                                                     REWARDS[reward][0])
+                                                     PIVOT_REWARDS[reward][0])
     done()
 
     results = {}
@@ -226,7 +226,7 @@ def train_arm(args, config: dict, reward: str, k: int, start: str, seeds: dict, 
               timings: dict, stage) -> dict:
     """One arm: the train rows for `reward` (profiled with the start when `k`), GRPO with that reward, the start and
     every save scored on the held-out tasks and decision points, the curve; the arm's part of the summary."""
-    environment = REWARDS[reward][0]
+    environment = PIVOT_REWARDS[reward][0]
     suffix = "" if reward == "string" else f"-{reward}"
     rows, profile = out / "pivots" / f"train{suffix}.jsonl", None
     if k:
