@@ -3,7 +3,7 @@
     make learn                    # the start: outputs/learn/checkpoint-304 (the Terminus-2 learning run)
     make learn-chain              # = python recipes/learn_chain.py; everything in outputs/learn-chain/
     python recipes/learn_chain.py [--seed 0] [--start DIR] [--steps 30] [--train_tasks 160] [--heldout_tasks 30]
-                                  [--families a,b,...] [--pivot_reward string|functional] [--profile K]
+                                  [--families a,b,...] [--pivot_reward string|functional] [--profile K] [--resume]
                                   [-- --key value ...]   (GRPO keys for every arm)
 
 Four arms from one start, on the same train and held-out tasks, in one harness (Terminus-2): `sft` (the start, no
@@ -16,7 +16,8 @@ learn-pivot. Every arm is scored at step 0 (the start, once), at half its steps 
 greedy, on the held-out tasks. `--seed N` moves train tasks (6+N), held-out tasks (1006+N) and the trainers' seed
 (42+N) together. Seed 0 writes outputs/learn-chain, seed N outputs/learn-chain-seedN, replaced on each run: tasks/,
 teacher/, pivots/, sft/checkpoint-0, pivot/, agentic/, pivot-agentic/agentic/, chain.png and learn_chain_summary.json
-(the table: held-out pass rate per arm and step).
+(the table: held-out pass rate per arm and step). `--resume` (same arguments) keeps the folder and goes on from the
+stage where a run stopped: finished stages are read back from stages.json, a GRPO arm from its last save.
 docs/agentic-grpo.md#the-chain-sft-pivot-agentic.
 """
 
@@ -42,15 +43,17 @@ from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
 from trainers.eval_callback import EvalArguments  # noqa: E402
 from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
-from trainers.learning_runs import (build_pivots, checked_families, curve, pivot_reward_args,  # noqa: E402
-                                    profile_pivots, run_seeds)
-from trainers.learning_runs import stage as run_stage  # noqa: E402
+from trainers.learning_runs import (Stages, build_pivots, checked_families, curve,  # noqa: E402
+                                    pivot_reward_args, profile_pivots, run_seeds)
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 PIVOT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
 AGENTIC_CONFIG = REPO / "configs" / "grpo" / "agentic-terminus-learn.yaml"
 TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 6, 1006, 42  # + --seed; learn 1/1001, agentic 2/1002, pivot 3/1003
 ARMS = ("sft", "pivot", "agentic", "pivot-agentic")
+# what a run's outputs depend on: --resume refuses a folder made with other values
+OUTPUT_ARGUMENTS = ("seed", "start", "steps", "train_tasks", "heldout_tasks", "families", "threshold", "pivot_reward",
+                    "profile", "grpo_args")
 MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*",
                "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
 
@@ -77,6 +80,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "profile the pivot rows with K samples of the start each and train the pivot stage on those whose rewards "
         "vary (PivotRL's filter; 0: every row) (default: %(default)s)"))
     parser.add_argument("--out", help="the output folder (default: outputs/learn-chain, -seedN for --seed N)")
+    parser.add_argument("--resume", action="store_true", help="go on from where a run with the same arguments "
+                        "stopped: its finished stages read back (stages.json), a GRPO arm from its last save")
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for both GRPO recipes, after `--`")
@@ -145,45 +150,49 @@ def main(argv=None) -> int:
     families = checked_families(args.families, agentic.get("generate_families"))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
-    stage = partial(run_stage, "learn-chain")
     started = time.monotonic()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    arguments = {key: getattr(args, key) for key in OUTPUT_ARGUMENTS} | {"families": families}
+    stage = Stages("learn-chain", out, timings, arguments, args.resume)
     train, heldout = out / "tasks" / "train", out / "tasks" / "heldout"
 
-    done = stage("tasks", timings)
-    generate(train, seeds["train"], args.train_tasks, families)
-    generate(heldout, seeds["heldout"], args.heldout_tasks, families)
-    done()
+    def tasks():
+        for folder, seed, n in ((train, seeds["train"], args.train_tasks), (heldout, seeds["heldout"],
+                                                                             args.heldout_tasks)):
+            shutil.rmtree(folder, ignore_errors=True)  # a stage that stopped midway starts again
+            generate(folder, seed, n, families)
 
-    done = stage("teacher trajectories on the train tasks and their decision points (the pivot arms' data)", timings)
-    from eval.scripted_teacher import collect as collect_teacher
+    def teacher_and_pivots():
+        from eval.scripted_teacher import collect as collect_teacher
 
-    teacher = collect_teacher(train, out / "teacher" / "train", args.teacher_concurrency)
-    pivot_rows = out / "pivots" / "train.jsonl"
-    pivots = build_pivots(teacher["harbor_job_dir"], pivot_rows, args.threshold, PIVOT_REWARDS[args.pivot_reward][0])
-    done()
+        shutil.rmtree(out / "teacher", ignore_errors=True)
+        teacher = collect_teacher(train, out / "teacher" / "train", args.teacher_concurrency)
+        pivots = build_pivots(teacher["harbor_job_dir"], out / "pivots" / "train.jsonl", args.threshold,
+                              PIVOT_REWARDS[args.pivot_reward][0])
+        return {"teacher": teacher["metrics"], "pivots": pivots}
 
-    profile = None
+    def start_scored():
+        step0 = out / "sft" / "checkpoint-0"
+        shutil.rmtree(step0, ignore_errors=True)
+        step0.mkdir(parents=True)
+        for path in {p for pattern in MODEL_FILES for p in Path(start).glob(pattern) if p.is_file()}:
+            shutil.copy2(path, step0 / path.name)  # the model alone: the start's own eval results stay behind
+        eval_keys = {k: v for k, v in agentic.items() if k.startswith("eval_")}
+        eval_keys.update(eval_suites=[str(heldout)], eval_agent=TERMINUS_2_HARNESS)
+        eval_keys.pop("eval_on_start", None)
+        evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
+
+    stage("tasks", tasks)
+    collected = stage("teacher trajectories on the train tasks and their decision points (the pivot arms' data)",
+                      teacher_and_pivots)
+    teacher, pivots = collected["teacher"], collected["pivots"]
+    pivot_rows, profile = out / "pivots" / "train.jsonl", None
     if args.profile:
-        done = stage(f"profiling the decision points ({args.pivot_reward} reward, K {args.profile}, the start)",
-                     timings)
         profiled = out / "pivots" / "train.profiled.jsonl"
-        profile = profile_pivots(pivot_rows, profiled, start, args.profile, args.pivot_reward,
-                                 yaml.safe_load(PIVOT_CONFIG.read_text()))
+        profile = stage(f"profiling the decision points ({args.pivot_reward} reward, K {args.profile}, the start)",
+                        lambda: profile_pivots(pivot_rows, profiled, start, args.profile, args.pivot_reward,
+                                               yaml.safe_load(PIVOT_CONFIG.read_text())))
         pivot_rows = profiled
-        done()
-
-    done = stage("the start on the held-out tasks (step 0 of every arm)", timings)
-    step0 = out / "sft" / "checkpoint-0"
-    step0.mkdir(parents=True)
-    for path in {p for pattern in MODEL_FILES for p in Path(start).glob(pattern) if p.is_file()}:
-        shutil.copy2(path, step0 / path.name)  # the model alone: the start's own eval results stay behind
-    eval_keys = {k: v for k, v in agentic.items() if k.startswith("eval_")}
-    eval_keys.update(eval_suites=[str(heldout)], eval_agent=TERMINUS_2_HARNESS)
-    eval_keys.pop("eval_on_start", None)
-    evaluate(str(step0), EvalArguments(**eval_keys).settings(str(heldout)))
-    done()
+    stage("the start on the held-out tasks (step 0 of every arm)", start_scored)
 
     half, trainer_seed = half_of(args.steps), seeds["trainer"]
     pivot_data = ["--datasets", str(pivot_rows), "--eval_suites", str(heldout), *pivot_reward_args(args.pivot_reward)]
@@ -198,14 +207,12 @@ def main(argv=None) -> int:
     }
     commands = {}
     for arm, (recipe, config, model, folder, steps, data) in arms.items():
-        done = stage(f"arm {arm}: {Path(recipe).stem} {steps} steps from {model}", timings)
         command = grpo_command(recipe, config, model, folder, steps, trainer_seed, args, *data)
         commands[f"{arm}/{folder.name}"] = " ".join(command)
-        folder.mkdir(parents=True, exist_ok=True)
-        run_stage_command(command, folder.parent / f"{folder.name}.log")
-        done()
+        folder.mkdir(parents=True, exist_ok=True)  # kept on --resume: the recipe goes on from its last save
+        stage(f"arm {arm}: {Path(recipe).stem} {steps} steps from {model}",
+              partial(run_stage_command, command, folder.parent / f"{folder.name}.log"))
 
-    done = stage("table and figure", timings)
     suite = str(heldout)
     table = chain_table(out, suite, half)
     rows = [{"run": arm, "suite": "held-out pass rate", "checkpoint": f"step-{step}", "step": step,
@@ -213,21 +220,21 @@ def main(argv=None) -> int:
     steps = sorted({step for points in table.values() for step, _ in points})
     rows += [{**row, "step": step} for row in rows if row["run"] == "sft" for step in steps if step]  # a flat line
     plot(rows, out / "chain.png")
-    done()
 
     summary = {
         "start": start, "seed": args.seed, "seeds": seeds, "families": families, "steps": args.steps,
         "task_seeds": {side: task_seeds(out / "tasks" / side) for side in ("train", "heldout")},
-        "teacher": {"trials": teacher["metrics"].get("n_trials"), "solved": teacher["metrics"].get("mean_reward")},
+        "teacher": {"trials": teacher.get("n_trials"), "solved": teacher.get("mean_reward")},
         "pivots": pivots.get("rows"), "pivot_reward": args.pivot_reward, "profile": profile,
         "heldout_pass_rate": table,
         "grpo": {arm: {folder.name: _grpo_summary(folder)} for arm, (_, _, _, folder, _, _) in arms.items()},
-        "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
+        "timings_s": timings, "total_s": round(time.monotonic() - started, 1), "stages_read_back": stage.read_back,
         "commands": {"this": " ".join(["python recipes/learn_chain.py", *(argv if argv is not None else sys.argv[1:])]),
                      **commands},
     }
     (out / "learn_chain_summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n=== learn-chain: done in {summary['total_s'] / 60:.1f} min; start {start}; seeds train "
+    resumed = f" ({len(stage.read_back)} stages read back, --resume)" if stage.read_back else ""
+    print(f"\n=== learn-chain: done in {summary['total_s'] / 60:.1f} min{resumed}; start {start}; seeds train "
           f"{seeds['train']}, held-out {seeds['heldout']}, trainer {seeds['trainer']}; "
           f"{pivots.get('rows', {}).get('written')} decision points, pivot reward {args.pivot_reward}")
     if profile:

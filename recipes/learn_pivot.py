@@ -5,7 +5,7 @@
     python recipes/learn_pivot.py [--config configs/grpo/pivot-learn.yaml] [--seed 0] [--start DIR]
                                   [--train_tasks 160] [--heldout_tasks 30] [--families a,b,...] [--threshold 1.0]
                                   [--reward string|functional] [--profile K [--max_mean M]]
-                                  [--ablation | --arms string-unfiltered,functional-profiled]
+                                  [--ablation | --arms string-unfiltered,functional-profiled] [--resume]
 
 Stage one of NVIDIA's two-stage recipe (pivot RL, then end-to-end agentic RL): at each decision point of a teacher's
 verified trajectory the policy writes the next Terminus-2 action, and string-only terminus_judge scores it against
@@ -14,7 +14,8 @@ the teacher's. `--seed N` moves the train tasks (seed 3+N), the held-out tasks (
 functional` scores each action by its effect in the task (terminus_functional), `--profile K` keeps the train rows
 whose K samples of the start vary (`trainers.data profile`); `--ablation` trains {string, functional} x {unfiltered,
 profiled} from the same tasks and start, each arm in its own folder, and `--arms A,B` only the arms named. Seed 0
-writes the config's output_dir, seed N that folder with `-seedN`, each replaced on every run:
+writes the config's output_dir, seed N that folder with `-seedN`, each replaced on every run (`--resume`, with the same
+arguments: kept, finished stages read back from its stages.json, a GRPO arm going on from its last save):
   tasks/train, tasks/heldout         procedural Harbor tasks of the families (harbor_tasks/generate.py)
   teacher/train, teacher/heldout     the scripted teacher in Terminus-2 (eval.scripted_teacher --collect)
   pivots/train.jsonl, heldout.jsonl  decision points (python -m trainers.data pivots; -functional: for that reward)
@@ -44,13 +45,16 @@ from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
 from harbor_tasks.generate import generate  # noqa: E402
 from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
-from trainers.learning_runs import (build_pivots, checked_families, curve, pivot_reward_args,  # noqa: E402
-                                    profile_pivots, run_seeds)
+from trainers.learning_runs import (Stages, build_pivots, checked_families, curve,  # noqa: E402
+                                    pivot_reward_args, profile_pivots, run_seeds)
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "grpo" / "pivot-learn.yaml"
 TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED = 3, 1003, 42  # + --seed
+# what a run's outputs depend on: --resume refuses a folder made with other values
+OUTPUT_ARGUMENTS = ("config", "seed", "train_tasks", "heldout_tasks", "threshold", "reward", "profile", "keep",
+                    "max_mean", "ablation", "arms", "grpo_args")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,6 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--arms", type=arm_names, help=(
         "comma-separated arms of --ablation's grid to train, e.g. string-unfiltered,functional-profiled (the "
         "three-seed comparison of docs/grpo.md); each in its own folder as with --ablation"))
+    parser.add_argument("--resume", action="store_true", help="go on from where a run with the same arguments "
+                        "stopped: its finished stages read back (stages.json), a GRPO arm from its last save")
     parser.add_argument("--teacher_concurrency", type=int, default=16)
     parser.add_argument("--accelerate_config", default="configs/accelerate/cpu.yaml")
     parser.add_argument("grpo_args", nargs="*", help="more `--key value` for recipes/grpo.py, after `--`")
@@ -159,38 +165,47 @@ def main(argv=None) -> int:
     families = checked_families(args.families, config.get("families"))
     seeds = run_seeds(TRAIN_SEED, HELDOUT_SEED, TRAINER_SEED, args.seed)
     timings: dict[str, float] = {}
-    stage = partial(run_stage, "learn-pivot")
     started = time.monotonic()
-    shutil.rmtree(out, ignore_errors=True)
+    arguments = {key: getattr(args, key) for key in OUTPUT_ARGUMENTS} | {"config": str(args.config), "start": start,
+                                                                         "families": families}
+    stage = Stages("learn-pivot", out, timings, arguments, args.resume)
 
-    done = stage("tasks", timings)
-    generate(out / "tasks" / "train", seeds["train"], args.train_tasks, families)
-    generate(out / "tasks" / "heldout", seeds["heldout"], args.heldout_tasks, families)
-    done()
+    def tasks():
+        for side in ("train", "heldout"):
+            shutil.rmtree(out / "tasks" / side, ignore_errors=True)  # a stage that stopped midway starts again
+            generate(out / "tasks" / side, seeds[side], getattr(args, f"{side}_tasks"), families)
 
-    done = stage("teacher trajectories (scripted teacher, Terminus-2 in the local sandbox)", timings)
-    from eval.scripted_teacher import collect as collect_teacher
+    def teacher_trajectories():
+        from eval.scripted_teacher import collect as collect_teacher
 
-    teacher = {side: collect_teacher(out / "tasks" / side, out / "teacher" / side, args.teacher_concurrency)
-               for side in ("train", "heldout")}
-    done()
+        shutil.rmtree(out / "teacher", ignore_errors=True)
+        jobs = {side: collect_teacher(out / "tasks" / side, out / "teacher" / side, args.teacher_concurrency)
+                for side in ("train", "heldout")}
+        return {side: {"metrics": job["metrics"], "harbor_job_dir": str(job["harbor_job_dir"])}
+                for side, job in jobs.items()}
 
     grid = args.ablation or bool(args.arms)  # arms in their own folders, their curves on one plot
     arms = planned_arms(args)
-    done = stage("decision points (python -m trainers.data pivots)", timings)
-    pivots = {}
-    for reward in sorted({reward for reward, _ in arms}):
-        suffix = "" if reward == "string" else f"-{reward}"
-        for side in ("train", "heldout"):
-            pivots[f"{side}{suffix}"] = build_pivots(teacher[side]["harbor_job_dir"],
-                                                     out / "pivots" / f"{side}{suffix}.jsonl", args.threshold,
-                                                     PIVOT_REWARDS[reward][0])
-    done()
+
+    def decision_points():
+        pivots = {}
+        for reward in sorted({reward for reward, _ in arms}):
+            suffix = "" if reward == "string" else f"-{reward}"
+            for side in ("train", "heldout"):
+                pivots[f"{side}{suffix}"] = build_pivots(teacher[side]["harbor_job_dir"],
+                                                         out / "pivots" / f"{side}{suffix}.jsonl", args.threshold,
+                                                         PIVOT_REWARDS[reward][0])
+        return pivots
+
+    stage("tasks", tasks)
+    teacher = stage("teacher trajectories (scripted teacher, Terminus-2 in the local sandbox)", teacher_trajectories)
+    pivots = stage("decision points (python -m trainers.data pivots)", decision_points)
 
     results = {}
     for reward, k in arms:
         arm_out = out / arm_name(reward, k) if grid else out
-        results[arm_out.name] = train_arm(args, config, reward, k, start, seeds, out, arm_out, timings, stage)
+        results[arm_out.name] = train_arm(args, config, reward, k, start, seeds, out, arm_out, timings, stage,
+                                          f"{arm_out.name}: " if grid else "")
     if grid:
         plot(collect([out / name for name in results]), out / "curve.png")
 
@@ -200,11 +215,12 @@ def main(argv=None) -> int:
         "teacher": {side: {"trials": t["metrics"].get("n_trials"), "solved": t["metrics"].get("mean_reward"),
                            "job": t["harbor_job_dir"]} for side, t in teacher.items()},
         "pivots": pivots, **(results[out.name] if not grid else {"arms": results}),
-        "timings_s": timings, "total_s": round(time.monotonic() - started, 1),
+        "timings_s": timings, "total_s": round(time.monotonic() - started, 1), "stages_read_back": stage.read_back,
         "command": " ".join(["python recipes/learn_pivot.py", *(argv if argv is not None else sys.argv[1:])]),
     }
     (out / "learn_pivot_summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n=== learn-pivot: done in {summary['total_s'] / 60:.1f} min ("
+    resumed = f"; {len(stage.read_back)} stages read back, --resume" if stage.read_back else ""
+    print(f"\n=== learn-pivot: done in {summary['total_s'] / 60:.1f} min{resumed} ("
           + ", ".join(f"{name.split(' (')[0]} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
     print(f"start {start}; seeds train {seeds['train']}, held-out {seeds['heldout']}, trainer {seeds['trainer']}; "
           f"families {','.join(families)}")
@@ -223,33 +239,35 @@ def main(argv=None) -> int:
 
 
 def train_arm(args, config: dict, reward: str, k: int, start: str, seeds: dict, out: Path, arm_out: Path,
-              timings: dict, stage) -> dict:
+              timings: dict, stage: Stages, label: str = "") -> dict:
     """One arm: the train rows for `reward` (profiled with the start when `k`), GRPO with that reward, the start and
-    every save scored on the held-out tasks and decision points, the curve; the arm's part of the summary."""
+    every save scored on the held-out tasks and decision points, the curve; the arm's part of the summary. `label`
+    names the arm in its stages' names (one name per stage: --resume reads stages back by name)."""
     environment = PIVOT_REWARDS[reward][0]
     suffix = "" if reward == "string" else f"-{reward}"
     rows, profile = out / "pivots" / f"train{suffix}.jsonl", None
     if k:
-        done = stage(f"profiling the train rows ({reward} reward, K {k}, the start)", timings)
         profiled = out / "pivots" / f"train{suffix}.profiled.jsonl"
-        profile = profile_pivots(rows, profiled, start, k, reward, config, args.keep, args.max_mean)
+        profile = stage(f"{label}profiling the train rows ({reward} reward, K {k}, the start)",
+                        partial(profile_pivots, rows, profiled, start, k, reward, config, args.keep, args.max_mean))
         rows = profiled
-        done()
 
-    done = stage(f"pivot GRPO (recipes/grpo.py, {reward} reward), the start and every save scored on the held-out "
-                 "side", timings)
     heldout_tasks, heldout_pivots = str(out / "tasks" / "heldout"), str(out / "pivots" / f"heldout{suffix}.jsonl")
     command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", args.accelerate_config,
                "recipes/grpo.py", "--config", str(args.config), "--model_name_or_path", start,
                "--output_dir", str(arm_out), "--run_name", arm_out.name, "--seed", str(seeds["trainer"]),
                "--datasets", str(rows), "--eval_suites", heldout_tasks, heldout_pivots,
                *pivot_reward_args(reward), *args.grpo_args]
-    print(" ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO, check=True)
-    grpo = json.loads((arm_out / "run_summary.json").read_text())
-    done()
 
-    done = stage("curves (eval.compare)", timings)
+    def run_grpo():
+        print(" ".join(command), flush=True)
+        subprocess.run(command, cwd=REPO, check=True)  # on --resume it goes on from arm_out's last save
+
+    stage(f"{label}pivot GRPO (recipes/grpo.py, {reward} reward), the start and every save scored on the held-out "
+          "side", run_grpo)
+    grpo = json.loads((arm_out / "run_summary.json").read_text())
+
+    done = run_stage("learn-pivot", f"{label}curves (eval.compare)", timings)
     curves = collect([arm_out])
     print_table(curves)
     plot(curves, arm_out / "curve.png")

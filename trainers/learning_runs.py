@@ -44,6 +44,51 @@ def stage(run: str, name: str, timings: dict):
     return lambda: timings.__setitem__(name, round(time.monotonic() - started, 1))
 
 
+class Stages:
+    """A learning run's finished stages, each with what it returned, in OUT/stages.json beside the arguments that made
+    them, so that `--resume` reads a finished stage back instead of running it again (a chain's stages take minutes
+    to an hour; no library keeps a pipeline of subprocesses resumable). Without `resume` the folder starts empty."""
+
+    def __init__(self, run: str, out: Path, timings: dict, arguments: dict, resume: bool):
+        self.run, self.out, self.timings, self.path = run, out, timings, out / "stages.json"
+        self.arguments = json.loads(json.dumps(arguments))  # as it reads back: tuples become lists
+        self.done: dict[str, dict] = {}
+        self.read_back: list[str] = []  # the stages this run did not run
+        if resume and self.path.is_file():
+            recorded = json.loads(self.path.read_text())
+            differ = [key for key in sorted(set(self.arguments) | set(recorded["arguments"]))
+                      if self.arguments.get(key) != recorded["arguments"].get(key)]
+            if differ:
+                raise ConfigError(f"--resume: {out} was made with other arguments ("
+                                  + "; ".join(f"{key}: {recorded['arguments'].get(key)!r} there, "
+                                              f"{self.arguments.get(key)!r} now" for key in differ)
+                                  + "); pass the same ones, or leave out --resume to start again")
+            self.done = recorded["stages"]
+            return
+        if resume:
+            print(f"--resume: no {self.path}, starting from nothing", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        self._write()
+
+    def __call__(self, name: str, work):
+        """`work()`'s result (JSON), run under the stage's header and timed, or read back where it finished before."""
+        if name in self.done:
+            print(f"\n=== {self.run}: {name}: done before ({self.path})", flush=True)
+            self.timings[name] = self.done[name]["seconds"]
+            self.read_back.append(name)
+            return self.done[name]["result"]
+        done = stage(self.run, name, self.timings)
+        result = work()
+        done()
+        self.done[name] = {"result": result, "seconds": self.timings[name]}
+        self._write()
+        return result
+
+    def _write(self) -> None:
+        self.path.write_text(json.dumps({"arguments": self.arguments, "stages": self.done}, indent=2))
+
+
 def build_pivots(job_dir: str, out: Path, threshold: float, environment: str = "terminus_judge") -> dict:
     """`python -m trainers.data pivots` on one teacher job, rows for `environment`'s reward; its summary (counts per
     rule)."""

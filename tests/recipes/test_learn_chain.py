@@ -120,3 +120,54 @@ def test_a_start_that_is_not_a_model_is_one_clear_line(tmp_path):
                           str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 2 and "not a model folder" in run.stderr and "make learn" in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_resume_goes_on_from_the_stage_that_stopped(tmp_path, monkeypatch, capsys):
+    """The chain of 2026-12-06 stopped at its first agentic stage after 26 min of stages before it. With --resume the
+    rerun runs that stage and the ones after it, nothing before (the teacher, the profiling, the start's score and the
+    pivot arm are read back). Those parts are faked here, each is tested on its own; what is real is the chain."""
+    import eval.scripted_teacher
+
+    start, out, calls = tmp_path / "start", tmp_path / "chain", []
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    monkeypatch.setattr(eval.scripted_teacher, "collect", lambda tasks, jobs, concurrency: calls.append("teacher")
+                        or {"metrics": {"n_trials": 4, "mean_reward": 1.0}, "harbor_job_dir": str(jobs)})
+    monkeypatch.setattr(learn_chain, "build_pivots", lambda *args: calls.append("pivots") or {"rows": {"written": 8}})
+    held = str(out / "tasks" / "heldout")
+    scored = partial(results, suite=held)
+    monkeypatch.setattr(learn_chain, "evaluate", lambda checkpoint, settings: calls.append("start scored")
+                        or (Path(checkpoint) / "eval_results.json").write_text(json.dumps(
+                            {"global_step": 0, "suite": held, "metrics": {"mean_reward": 0.2}})))
+    fail = ["pivot-agentic/agentic"]
+
+    def run_stage_command(command, log):
+        folder = Path(command[command.index("--output_dir") + 1])
+        calls.append(str(folder.relative_to(out)))
+        if calls[-1] in fail:
+            raise learn_chain.ConfigError(f"{calls[-1]} failed")
+        steps = int(command[command.index("--max_steps") + 1])
+        for step in sorted({learn_chain.half_of(steps), steps}):
+            scored(folder, step, 0.3)
+
+    monkeypatch.setattr(learn_chain, "run_stage_command", run_stage_command)
+    argv = ["--start", str(start), "--out", str(out), "--train_tasks", "4", "--heldout_tasks", "2", "--steps", "4"]
+    with pytest.raises(SystemExit):
+        learn_chain.main(argv)
+    assert calls == ["teacher", "pivots", "start scored", "pivot", "pivot-agentic/agentic"]
+    assert "pivot-agentic/agentic failed" in capsys.readouterr().err
+    calls.clear()
+    fail.clear()
+    with pytest.raises(SystemExit):  # other arguments: refused, nothing run
+        learn_chain.main([*argv[:-1], "6", "--resume"])
+    assert calls == [] and "steps: 4 there, 6 now" in capsys.readouterr().err
+    assert learn_chain.main([*argv, "--resume"]) == 0
+    assert calls == ["pivot-agentic/agentic", "agentic"]
+    summary = json.loads((out / "learn_chain_summary.json").read_text())
+    assert summary["stages_read_back"][:3] == ["tasks", "teacher trajectories on the train tasks and their decision "
+                                               "points (the pivot arms' data)", "the start on the held-out tasks "
+                                               "(step 0 of every arm)"]
+    assert len(summary["stages_read_back"]) == 4 and summary["stages_read_back"][3].startswith("arm pivot:")
+    assert summary["teacher"] == {"trials": 4, "solved": 1.0} and summary["pivots"] == {"written": 8}
+    assert summary["heldout_pass_rate"]["pivot-agentic"] == [[0, 0.2], [2, 0.3], [3, 0.3], [4, 0.3]]
+    assert "(4 stages read back, --resume)" in capsys.readouterr().out

@@ -54,11 +54,10 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     from modeling.tiny_model import resolve_model
 
     start = resolve_model("builtin:tiny-qwen3")
-    done = subprocess.run([sys.executable, "recipes/learn_pivot.py", "--config", str(small_config(tmp_path)),
-                           "--start", start, "--train_tasks", "3", "--heldout_tasks", "2", "--teacher_concurrency", "3",
-                           "--families", "count-lines,write-value", "--reward", "functional", "--profile", "2",
-                           "--keep", "hard"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, "recipes/learn_pivot.py", "--config", str(small_config(tmp_path)), "--start", start,
+               "--train_tasks", "3", "--heldout_tasks", "2", "--teacher_concurrency", "3", "--families",
+               "count-lines,write-value", "--reward", "functional", "--profile", "2", "--keep", "hard"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "learn-pivot"
     summary = json.loads((out / "learn_pivot_summary.json").read_text())
@@ -87,3 +86,13 @@ def test_pivot_learning_run_end_to_end(tmp_path):
     assert len(summary["first_action_reward_by_10_steps"]) <= 1
     assert all(0.0 <= r <= 1.0 for r in summary["first_action_reward_by_10_steps"])
     assert "held-out pass rate by step: 0:" in done.stdout
+    assert summary["stages_read_back"] == []
+    # --resume on a run that finished: every stage read back (nothing regenerated, collected, profiled or trained),
+    # the same results
+    again = subprocess.run([*command, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    resumed = json.loads((out / "learn_pivot_summary.json").read_text())
+    assert len(resumed["stages_read_back"]) == 5 and "5 stages read back, --resume" in again.stdout
+    assert "eval: " not in again.stdout and "accelerate" not in again.stdout
+    for key in ("teacher", "pivots", "profile", "heldout_pass_rate", "heldout_decision_point_reward", "grpo"):
+        assert json.loads(json.dumps(summary[key])) == resumed[key], key
