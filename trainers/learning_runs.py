@@ -50,7 +50,7 @@ class Stages:
     to an hour; no library keeps a pipeline of subprocesses resumable). Without `resume` the folder starts empty."""
 
     def __init__(self, run: str, out: Path, timings: dict, arguments: dict, resume: bool):
-        self.run, self.out, self.timings, self.path = run, out, timings, out / "stages.json"
+        self.run, self.timings, self.path = run, timings, out / "stages.json"
         self.arguments = json.loads(json.dumps(arguments))  # as it reads back: tuples become lists
         self.done: dict[str, dict] = {}
         self.read_back: list[str] = []  # the stages this run did not run
