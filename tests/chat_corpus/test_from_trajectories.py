@@ -48,8 +48,9 @@ def test_a_teachers_trajectories_become_tasks_with_what_they_read(deep_job, tmp_
             assert check["fidelity"] == 1.0 and check["own_commands_pass"] is True
         elif family == "hint-chain":  # a chain of cats: every file of it recovered, every look reproduced
             assert len(info["recovered"]) >= 2 and check["fidelity"] == 1.0 and check["own_commands_pass"] is True
-        else:  # csv-header: `head -n 1 exports/*.csv` shows each file's header only
-            assert family == "csv-header" and len(info["truncated"]) >= 2 and not info["recovered"]
+        else:  # csv-header: `grep -l`, one header's columns numbered, a sum: no look shows a file's lines
+            assert family == "csv-header" and not info["truncated"] and not info["recovered"]
+            assert {m["why"] for m in info["missing"]} == {"named by a command, never shown"}
     assert report["source_known"] == 3 and report["fidelity"] is not None
     assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
 
