@@ -47,7 +47,8 @@ def stage(run: str, name: str, timings: dict):
 class Stages:
     """A learning run's finished stages, each with what it returned, in OUT/stages.json beside the arguments that made
     them, so that `--resume` reads a finished stage back instead of running it again (a chain's stages take minutes
-    to an hour; no library keeps a pipeline of subprocesses resumable). Without `resume` the folder starts empty."""
+    to an hour; no library keeps a pipeline of subprocesses resumable). Without `resume` the folder starts empty; with it,
+    a folder that has files but no stages.json is refused, not emptied."""
 
     def __init__(self, run: str, out: Path, timings: dict, arguments: dict, resume: bool):
         self.run, self.timings, self.path = run, timings, out / "stages.json"
@@ -65,6 +66,9 @@ class Stages:
                                   + "); pass the same ones, or leave out --resume to start again")
             self.done = recorded["stages"]
             return
+        if resume and out.is_dir() and any(out.iterdir()):  # made before --resume, or by something else: keep it
+            raise ConfigError(f"--resume: {out} holds a run without {self.path.name}, which --resume cannot read back; "
+                              "nothing removed; leave out --resume to start again there (it is emptied first)")
         if resume:
             print(f"--resume: no {self.path}, starting from nothing", flush=True)
         shutil.rmtree(out, ignore_errors=True)

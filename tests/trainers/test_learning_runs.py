@@ -73,3 +73,9 @@ def test_resume_refuses_a_folder_made_with_other_arguments_and_a_fresh_run_start
     stage = Stages("test", out, {}, {"seed": 0, "steps": 40}, resume=False)
     assert not (out / "stale.txt").exists() and stage.done == {}
     assert Stages("test", tmp_path / "new", {}, {}, resume=True).done == {}  # nothing to resume: from nothing
+    old = tmp_path / "old"  # a run made before --resume (no stages.json): refused, not emptied
+    (old / "checkpoint-4").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"--resume: .*old holds a run without stages.json, which --resume cannot "
+                                          r"read back; nothing removed; leave out --resume"):
+        Stages("test", old, {}, {}, resume=True)
+    assert (old / "checkpoint-4").is_dir()
