@@ -45,27 +45,27 @@ def build_csv(asked: dict, rng: random.Random) -> Instance:
             if name == target:
                 total += int(row[column - 1])
         files[name] = lines(",".join(header), *rows)
-    awk = f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target}"
+    awk = f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target} > {out}"
     number = f"head -n 1 {target} | tr , '\\n' | grep -nx {metric}"
     return Instance(
         instruction=f"One of the CSV files in `/app/exports/` (comma-separated, a header line, no quoting) has a "
                     f"column named `{metric}`. Write the sum of that column over all its rows, as a plain integer "
                     f"followed by a newline, to `/app/{out}`.",
-        files=files, solve=[f"grep -l {metric} exports/*.csv", number, awk, f"echo {total} > {out}"],
+        files=files, solve=[f"grep -l {metric} exports/*.csv", number, awk, f"cat {out}"],
         checks=[number_is(out, total)], category="data-processing")
 
 
 def teach_csv(asked: dict):
     # one value read per look, the one the screen shows (the file, then the column's number), as a model would:
-    # picking a file among several headers and counting its commas by eye are two reads in one
-    metric = asked["metric"]
+    # picking a file among several headers and counting its commas by eye are two reads in one; the sum is
+    # computed into the file, not read off the screen and typed back
+    metric, out = asked["metric"], asked["out"]
     where = yield f"grep -l {metric} exports/*.csv"
     target = found(r"^(exports/\S+\.csv)$", where, f"file with {metric}").group(1)
     numbered = yield f"head -n 1 {target} | tr , '\\n' | grep -nx {metric}"
     column = found(rf"^(\d+):{re.escape(metric)}$", numbered, f"column number of {metric}").group(1)
-    printed = yield f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target}"
-    total = found(r"^(-?\d+)$", printed, "sum").group(1)
-    yield f"echo {total} > {asked['out']}"
+    yield f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target} > {out}"
+    found(r"^(-?\d+)$", (yield f"cat {out}"), "sum")
 
 
 # ------------------------------------------------------------------------------------------------------- log-trace
