@@ -2,6 +2,8 @@
 infrastructure failures are not scores (None) and are counted by kind, limits end episodes, and no sandbox outlives
 its episode or a killed trainer."""
 
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -164,13 +166,16 @@ def test_bad_limits_are_refused():
         EpisodeLimits(episode_wall_sec=0)
 
 
+# a sleep no other test starts (the other worker's tests run `sleep 600` in their own sandboxes at the same time)
+SLEEPER = f"sleep 600.{os.getpid()}"
+
 KILLED_TRAINER = textwrap.dedent("""
     import os, signal, sys
     from episodes.local import TaskEnvironment
     envs = [TaskEnvironment() for _ in range(2)]
     for env in envs:
         env.reset(task_dir=sys.argv[1])
-        env.bash("sleep 600 > /dev/null 2>&1 &")
+        env.bash(sys.argv[2] + " > /dev/null 2>&1 &")
     print(" ".join(str(env._box.sandbox._init_pid) for env in envs), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
@@ -180,16 +185,16 @@ def test_no_sandbox_outlives_its_episode_or_a_killed_trainer(tasks):
     env = TaskEnvironment()
     env.reset(task_dir=str(tasks["count-lines"]))
     pid = env._box.sandbox._init_pid
-    env.bash("sleep 600 > /dev/null 2>&1 &")
+    env.bash(f"{SLEEPER} > /dev/null 2>&1 &")
     episode_reward(env)
     assert process_gone(pid), "the sandbox outlived its verified episode"
 
-    run = subprocess.run([sys.executable, "-c", KILLED_TRAINER, str(tasks["count-lines"])], cwd=REPO,
+    run = subprocess.run([sys.executable, "-c", KILLED_TRAINER, str(tasks["count-lines"]), SLEEPER], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
     pids = [int(p) for p in run.stdout.split()]
     assert len(pids) == 2 and all(process_gone(p) for p in pids), "a sandbox outlived the killed trainer"
-    assert processes_matching("sleep 600") == []
+    assert processes_matching(re.escape(SLEEPER)) == []
 
 
 def test_the_policy_sees_one_tool_and_cannot_call_its_verifier():
