@@ -40,10 +40,9 @@ from common.harnesses import TERMINUS_2_HARNESS  # noqa: E402
 from eval.compare import collect, plot  # noqa: E402
 from eval.run import evaluate  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.generate import generate  # noqa: E402
 from trainers.eval_callback import EvalArguments  # noqa: E402
 from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
-from trainers.learning_runs import (Stages, build_pivots, checked_families, curve,  # noqa: E402
+from trainers.learning_runs import (Stages, build_pivots, checked_families, curve, fresh_tasks,  # noqa: E402
                                     pivot_reward_args, profile_pivots, run_seeds)
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
 
@@ -156,10 +155,8 @@ def main(argv=None) -> int:
     train, heldout = out / "tasks" / "train", out / "tasks" / "heldout"
 
     def tasks():
-        for folder, seed, n in ((train, seeds["train"], args.train_tasks), (heldout, seeds["heldout"],
-                                                                             args.heldout_tasks)):
-            shutil.rmtree(folder, ignore_errors=True)  # a stage that stopped midway starts again
-            generate(folder, seed, n, families)
+        fresh_tasks({train: (seeds["train"], args.train_tasks), heldout: (seeds["heldout"], args.heldout_tasks)},
+                    families)
 
     def teacher_and_pivots():
         from eval.scripted_teacher import collect as collect_teacher

@@ -43,9 +43,8 @@ sys.path.insert(0, str(REPO))  # run as a script (python recipes/learn_pivot.py)
 from common.errors import ConfigError  # noqa: E402
 from eval.compare import collect, plot, print_table  # noqa: E402
 from harbor_tasks.folder import task_seeds  # noqa: E402
-from harbor_tasks.generate import generate  # noqa: E402
 from trainers.learning_runs import PIVOT_REWARDS  # noqa: E402
-from trainers.learning_runs import (Stages, build_pivots, checked_families, curve,  # noqa: E402
+from trainers.learning_runs import (Stages, build_pivots, checked_families, curve, fresh_tasks,  # noqa: E402
                                     pivot_reward_args, profile_pivots, run_seeds)
 from trainers.learning_runs import stage as run_stage  # noqa: E402
 from trainers.recipe_config import exit_on_user_error  # noqa: E402
@@ -171,9 +170,8 @@ def main(argv=None) -> int:
     stage = Stages("learn-pivot", out, timings, arguments, args.resume)
 
     def tasks():
-        for side in ("train", "heldout"):
-            shutil.rmtree(out / "tasks" / side, ignore_errors=True)  # a stage that stopped midway starts again
-            generate(out / "tasks" / side, seeds[side], getattr(args, f"{side}_tasks"), families)
+        fresh_tasks({out / "tasks" / side: (seeds[side], getattr(args, f"{side}_tasks"))
+                     for side in ("train", "heldout")}, families)
 
     def teacher_trajectories():
         from eval.scripted_teacher import collect as collect_teacher

@@ -14,7 +14,7 @@ from pathlib import Path
 from common.errors import ConfigError
 from harbor_tasks.families import FAMILIES, UnknownFamily, select
 from harbor_tasks.folder import TaskFolder, task_folders
-from harbor_tasks.generate import write_task
+from harbor_tasks.generate import generate, write_task
 
 REPO = Path(__file__).resolve().parents[1]
 # A pivot GRPO run's reward (learn_pivot --reward, learn_chain --pivot_reward): the environment its rows are built
@@ -30,6 +30,13 @@ def checked_families(arg: str | None, default: list[str] | None = None) -> list[
         return select(arg or default)
     except UnknownFamily as err:
         raise ConfigError(str(err)) from None
+
+
+def fresh_tasks(folders: dict[Path, tuple[int, int]], families: list[str]) -> None:
+    """Each folder ({folder: (seed, n)}) emptied and generated again: a tasks stage that stopped midway starts over."""
+    for folder, (seed, n) in folders.items():
+        shutil.rmtree(folder, ignore_errors=True)
+        generate(folder, seed, n, families)
 
 
 def run_seeds(train: int, heldout: int, trainer: int, offset: int) -> dict[str, int]:
