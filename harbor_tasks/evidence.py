@@ -157,10 +157,11 @@ class _ProcessWatch:
 
     def __init__(self, init_pid: int):
         self.init_pid = init_pid
-        self.outside: dict[tuple[int, str], list] = {}   # (pid, start) -> [comm, first wchar, last wchar]
+        # (pid, start) -> [comm, first wchar, last wchar, why it is not the verifier's, as first seen]
+        self.outside: dict[tuple[int, str], list] = {}
         self.verifier: set[tuple[int, str]] = set()
         for proc in processes(init_pid).values():        # left behind: alive before the verifier started
-            self.outside[(proc.pid, proc.start)] = [proc.comm, proc.wchar, proc.wchar]
+            self.outside[(proc.pid, proc.start)] = [proc.comm, proc.wchar, proc.wchar, "running before the verifier"]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="verifier-watch", daemon=True)
         self._thread.start()
@@ -180,7 +181,16 @@ class _ProcessWatch:
                     self.verifier.add(key)
                     verifier_pids.add(proc.pid)
                 else:  # born during the verification outside it: every byte it wrote counts
-                    self.outside[key] = [proc.comm, 0, proc.wchar]
+                    self.outside[key] = [proc.comm, 0, proc.wchar, self._why_outside(proc, procs)]
+
+    def _why_outside(self, proc, procs: dict) -> str:
+        """Started during the run, yet neither in the session of a command this process runs nor a child of the
+        verifier's: its parent and its session's leader, so that a report that is wrong explains itself."""
+        leader_parent = host_parent(proc.session)
+        parent = procs.get(proc.ppid)
+        return (f"started during the run by pid {proc.ppid}{f' ({parent.comm})' if parent else ''}, session "
+                f"{proc.session} led by a child of {leader_parent if leader_parent is not None else 'a gone process'}"
+                f", not of {os.getpid()}")
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SEC):
@@ -190,10 +200,11 @@ class _ProcessWatch:
         self._stop.set()
         self._thread.join()
         self.sample()
-        wrote = [(comm, pid, last - first) for (pid, _), (comm, first, last) in self.outside.items() if last > first]
+        wrote = [(comm, pid, last - first, why) for (pid, _), (comm, first, last, why) in self.outside.items()
+                 if last > first]
         if not wrote:
             return None
-        return "; ".join(f"{comm} (pid {pid}) wrote {n} bytes" for comm, pid, n in wrote[:5]) + \
+        return "; ".join(f"{comm} (pid {pid}, {why}) wrote {n} bytes" for comm, pid, n, why in wrote[:5]) + \
             (f" (+{len(wrote) - 5} more)" if len(wrote) > 5 else "")
 
 

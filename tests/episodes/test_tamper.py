@@ -3,6 +3,7 @@ tool, a shim earlier on PATH, a pre-written reward, tests edited or a reward rew
 it scores or escapes as an infrastructure failure; each is recorded by kind and zeroed (or masked) and counted, and
 an honest agent that leaves a quiet service behind is not flagged."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,9 @@ def test_cheats_that_pass_the_tests_are_zeroed_and_counted_by_kind(tmp_path, che
     test_sh.write_text(test_sh.read_text() + "sleep 0.3\n")  # the daemons get their time
     reward, verdict, failure, stats = episode(task, commands)
     assert kind in verdict.tamper_kinds, (cheat, verdict)
+    if kind == "background_writes":  # the detail says why each writer is not the verifier's
+        assert re.search(r"\(pid \d+, (running before the verifier|started during the run by pid \d+)",
+                         dict(verdict.tamper)[kind]), verdict
     assert reward == 0.0 and failure is None and stats["tampered_by_kind"][kind] == 1, cheat
     assert stats["passed"] == 0 and stats["scored"] == 1
 
