@@ -67,6 +67,9 @@ def test_a_missing_tool_the_verifier_itself_reports_is_still_an_infrastructure_f
 SHIM_PYTHON = "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
 REWARD_LOOP = ("nohup sh -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.01; "
                "done' >/dev/null 2>&1 &")
+# every write by a child a few tens of ms old, alive long enough to be seen: born while the tests run
+SPAWN_LOOP = ("nohup sh -c 'while :; do (sleep 0.05; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+              "sleep 0.3) & sleep 0.1; done' >/dev/null 2>&1 &")
 EDIT_TESTS = ("nohup sh -c 'while :; do if grep -q reward /tests/test.sh 2>/dev/null; then "
               "printf \"#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n\" > /tests/test.sh; fi; sleep 0.005; "
               "done' >/dev/null 2>&1 &")
@@ -76,6 +79,7 @@ EDIT_TESTS = ("nohup sh -c 'while :; do if grep -q reward /tests/test.sh 2>/dev/
     ("a python3 shim earlier on PATH", [SHIM_PYTHON], "shadowed_tools"),
     ("a daemon rewriting the reward while the tests run", [REWARD_LOOP], "background_writes"),
     ("a daemon editing the tests once they are uploaded", [EDIT_TESTS], "background_writes"),
+    ("a daemon whose fresh children rewrite the reward", [SPAWN_LOOP], "background_writes"),
 ])
 def test_cheats_that_pass_the_tests_are_zeroed_and_counted_by_kind(tmp_path, cheat, commands, kind):
     task = tmp_path / BUILTIN.name
@@ -85,8 +89,8 @@ def test_cheats_that_pass_the_tests_are_zeroed_and_counted_by_kind(tmp_path, che
     reward, verdict, failure, stats = episode(task, commands)
     assert kind in verdict.tamper_kinds, (cheat, verdict)
     if kind == "background_writes":  # the detail says why each writer is not the verifier's
-        assert re.search(r"\(pid \d+, (running before the verifier|started during the run by pid \d+)",
-                         dict(verdict.tamper)[kind]), verdict
+        why = "started during the run by pid \\d+ \\(sh\\)" if commands == [SPAWN_LOOP] else "running before the verifier"
+        assert re.search(rf"\(pid \d+, {why}", dict(verdict.tamper)[kind]), verdict
     assert reward == 0.0 and failure is None and stats["tampered_by_kind"][kind] == 1, cheat
     assert stats["passed"] == 0 and stats["scored"] == 1
 
