@@ -89,7 +89,8 @@ def test_cheats_that_pass_the_tests_are_zeroed_and_counted_by_kind(tmp_path, che
     reward, verdict, failure, stats = episode(task, commands)
     assert kind in verdict.tamper_kinds, (cheat, verdict)
     if kind == "background_writes":  # the detail says why each writer is not the verifier's
-        why = "started during the run by pid \\d+ \\(sh\\)" if commands == [SPAWN_LOOP] else "running before the verifier"
+        why = ("started during the run by pid \\d+ \\(sh\\)" if commands == [SPAWN_LOOP]
+               else "running before the verifier")
         assert re.search(rf"\(pid \d+, {why}", dict(verdict.tamper)[kind]), verdict
     assert reward == 0.0 and failure is None and stats["tampered_by_kind"][kind] == 1, cheat
     assert stats["passed"] == 0 and stats["scored"] == 1
