@@ -11,12 +11,24 @@ import json
 import random
 import re
 
-from harbor_tasks.families.deep_files import NAMES
+from harbor_tasks.families.deep_files import NAMES, SHOW
 from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, found, lines, number_is, q
 
 COLUMNS = ["id", "region", "team", "day", "status", "owner", "batch", "kind", "host", "zone"]
 METRICS = ["amount", "bytes", "duration_ms", "retries", "units", "errors"]
 CITIES = ["Lisbon", "Oslo", "Tartu", "Porto", "Lyon", "Gdansk", "Leeds", "Turin", "Graz", "Ghent", "Malmo", "Brno"]
+# each family's commands, written once: the task's solution lists them with the world's values, the teacher types
+# them with the values it read (SHOW: deep_files')
+CSV_FIND = "grep -l {metric} exports/*.csv".format
+CSV_COLUMN = "head -n 1 {target} | tr , '\\n' | grep -nx {metric}".format
+CSV_SUM = "awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target} > {out}".format
+TRACE_LEVEL = "grep {} logs/service.log".format
+TRACE_REQUEST = "grep req={} logs/gateway.log".format
+TRACE_WRITE = "echo {ip} > {out}.txt".format
+JOIN_FIND = "grep -l {} inventory/*.json".format
+JOIN_ITEM = "grep {sku} {shelf}".format
+JOIN_HOUSE = "grep ^{}, warehouses.csv".format
+JOIN_WRITE = "echo {} > city.txt".format
 
 
 # ------------------------------------------------------------------------------------------------------ csv-header
@@ -45,13 +57,12 @@ def build_csv(asked: dict, rng: random.Random) -> Instance:
             if name == target:
                 total += int(row[column - 1])
         files[name] = lines(",".join(header), *rows)
-    awk = f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target} > {out}"
-    number = f"head -n 1 {target} | tr , '\\n' | grep -nx {metric}"
     return Instance(
         instruction=f"One of the CSV files in `/app/exports/` (comma-separated, a header line, no quoting) has a "
                     f"column named `{metric}`. Write the sum of that column over all its rows, as a plain integer "
                     f"followed by a newline, to `/app/{out}`.",
-        files=files, solve=[f"grep -l {metric} exports/*.csv", number, awk, f"cat {out}"],
+        files=files, solve=[CSV_FIND(metric=metric), CSV_COLUMN(target=target, metric=metric),
+                            CSV_SUM(column=column, target=target, out=out), SHOW(out)],
         checks=[number_is(out, total)], category="data-processing")
 
 
@@ -60,12 +71,12 @@ def teach_csv(asked: dict):
     # picking a file among several headers and counting its commas by eye are two reads in one; the sum is
     # computed into the file, not read off the screen and typed back
     metric, out = asked["metric"], asked["out"]
-    where = yield f"grep -l {metric} exports/*.csv"
+    where = yield CSV_FIND(metric=metric)
     target = found(r"^(exports/\S+\.csv)$", where, f"file with {metric}").group(1)
-    numbered = yield f"head -n 1 {target} | tr , '\\n' | grep -nx {metric}"
+    numbered = yield CSV_COLUMN(target=target, metric=metric)
     column = found(rf"^(\d+):{re.escape(metric)}$", numbered, f"column number of {metric}").group(1)
-    yield f"awk -F, 'NR > 1 {{s += ${column}}} END {{print s}}' {target} > {out}"
-    found(r"^(-?\d+)$", (yield f"cat {out}"), "sum")
+    yield CSV_SUM(column=column, target=target, out=out)
+    found(r"^(-?\d+)$", (yield SHOW(out)), "sum")
 
 
 # ------------------------------------------------------------------------------------------------------- log-trace
@@ -95,16 +106,16 @@ def build_trace(asked: dict, rng: random.Random) -> Instance:
                     f"(`req=...`) on that line, find the request with that id in `/app/logs/gateway.log`, and write "
                     f"the client IP address of that request (just the address, followed by a newline) to `/app/{out}`.",
         files={"logs/service.log": lines(*service), "logs/gateway.log": lines(*gateway)},
-        solve=[f"grep {level} logs/service.log", f"grep req={bad} logs/gateway.log", f"echo {ips[bad]} > {out}"],
+        solve=[TRACE_LEVEL(level), TRACE_REQUEST(bad), TRACE_WRITE(ip=ips[bad], out=asked["out"])],
         checks=[file_is(out, ips[bad] + "\n")], category="log-analysis")
 
 
 def teach_trace(asked: dict):
-    line = yield f"grep {asked['level']} logs/service.log"
+    line = yield TRACE_LEVEL(asked["level"])
     rid = found(r"req=([0-9a-f]{10})", line, "request id").group(1)
-    hit = yield f"grep req={rid} logs/gateway.log"
+    hit = yield TRACE_REQUEST(rid)
     ip = found(r"^(\d+\.\d+\.\d+\.\d+) ", hit, "client address").group(1)
-    yield f"echo {ip} > {asked['out']}.txt"
+    yield TRACE_WRITE(ip=ip, out=asked["out"])
 
 
 # ------------------------------------------------------------------------------------------------------- json-join
@@ -134,20 +145,19 @@ def build_join(asked: dict, rng: random.Random) -> Instance:
                     f"warehouse that stocks it. Look that warehouse up in `/app/warehouses.csv` and write its city "
                     f"(just the city, followed by a newline) to `/app/city.txt`.",
         files=files,
-        solve=[f"grep -l {sku} inventory/*.json", f"grep {sku} {target}", f"grep ^{house}, warehouses.csv",
-               f"echo {city} > city.txt"],
+        solve=[JOIN_FIND(sku), JOIN_ITEM(sku=sku, shelf=target), JOIN_HOUSE(house), JOIN_WRITE(city)],
         checks=[file_is("city.txt", city + "\n")], category="data-processing")
 
 
 def teach_join(asked: dict):
     sku = asked["sku"]
-    where = yield f"grep -l {sku} inventory/*.json"
+    where = yield JOIN_FIND(sku)
     shelf = found(r"^(inventory/\S+\.json)$", where, "file of the item").group(1)
-    item = yield f"grep {sku} {shelf}"
+    item = yield JOIN_ITEM(sku=sku, shelf=shelf)
     house = found(r'"warehouse": "(W\d+)"', item, "warehouse id").group(1)
-    row = yield f"grep ^{house}, warehouses.csv"
+    row = yield JOIN_HOUSE(house)
     city = found(rf"^{house},[^,]*,(\w+)$", row, "warehouse row").group(1)
-    yield f"echo {city} > city.txt"
+    yield JOIN_WRITE(city)
 
 
 FAMILIES = (

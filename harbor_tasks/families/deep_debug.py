@@ -15,6 +15,12 @@ from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, fix
 # ------------------------------------------------------------------------------------------------- failing-script
 SCRIPTS = ["report", "backup", "sync", "rotate", "export", "digest"]
 SETTINGS = ["retention_days", "max_files", "batch_size", "keep_copies", "timeout_sec"]
+SCRIPT_RUN = "bash bin/{}.sh".format
+# each problem's error as the script prints it (a pattern) and its fix (a template of what the pattern caught): the
+# teacher reads the one, the task's solution types the other with the world's values
+FIXES = {"dir": (r"output directory (\S+) does not exist", "mkdir -p {0}"),
+         "lock": (r"lock file (\S+) exists", "rm {0}"), "mode": (r"(\S+) must have mode (\d+)", "chmod {1} {0}"),
+         "key": (r"(\S+) has no (\w+)= line; set it to (\S+)", "echo {1}={2} >> {0}")}
 
 
 def ask_script(rng: random.Random) -> dict:
@@ -36,8 +42,7 @@ def build_script(asked: dict, rng: random.Random) -> Instance:
         "mode": f'[ "$(stat -c %a {secret})" = 600 ] || fail "{secret} must have mode 600, not $(stat -c %a {secret})"',
         "key": f'grep -q "^{key}=" {conf} || fail "{conf} has no {key}= line; set it to {value}"',
     }
-    fixes = {"dir": f"mkdir -p {out_dir}", "lock": f"rm {lock}", "mode": f"chmod 600 {secret}",
-             "key": f"echo {key}={value} >> {conf}"}
+    caught = {"dir": (out_dir,), "lock": (lock,), "mode": (secret, 600), "key": (conf, key, value)}
     report = f"{out_dir}/{name}.txt"
     script = lines("#!/bin/bash", f"# {name}: writes a summary of data/input.txt", 'cd "$(dirname "$0")/.."',
                    'fail() { echo "error: $1" >&2; exit 1; }', *(guards[p] for p in problems),
@@ -48,9 +53,9 @@ def build_script(asked: dict, rng: random.Random) -> Instance:
              "data/input.txt": lines(*records), lock: "pid 4242\n"}
     if "lock" not in problems:
         del files[lock]
-    solve, run = [], f"bash bin/{name}.sh"
+    solve, run = [], SCRIPT_RUN(name)
     for problem in problems:
-        solve += [run, fixes[problem]]
+        solve += [run, FIXES[problem][1].format(*caught[problem])]
     return Instance(
         instruction=f"Running `bash /app/bin/{name}.sh` fails. Find out why from what it prints and fix what it "
                     f"needs in its environment (do not edit the script itself) until it runs successfully.",
@@ -59,16 +64,19 @@ def build_script(asked: dict, rng: random.Random) -> Instance:
                 file_is(report, f"{name}: {len(records)} records\n")], category="debugging")
 
 
-FIXES = [(r"output directory (\S+) does not exist", "mkdir -p {0}"), (r"lock file (\S+) exists", "rm {0}"),
-         (r"(\S+) must have mode (\d+)", "chmod {1} {0}"), (r"(\S+) has no (\w+)= line; set it to (\S+)",
-                                                            "echo {1}={2} >> {0}")]
-
-
 def teach_script(asked: dict):
-    yield from fix_until_it_runs(f"bash bin/{asked['script']}.sh", FIXES, r"^done: wrote \S+$")
+    yield from fix_until_it_runs(SCRIPT_RUN(asked["script"]), list(FIXES.values()), r"^done: wrote \S+$")
 
 
 # --------------------------------------------------------------------------------------------------- failing-test
+TESTS_RUN = "python3 {}/tests/run_tests.py".format
+
+
+def set_value(key: str, value: int | str, path: str) -> str:
+    """failing-test's fix: the named line set to the value, whatever it holds (one number to copy, not two)."""
+    return f"sed -i {q(f's/^{key} = .*/{key} = {value}/')} {path}"
+
+
 def ask_tests(rng: random.Random) -> dict:
     return {"project": rng.choice(WORDS)}
 
@@ -111,25 +119,25 @@ def build_tests(asked: dict, rng: random.Random) -> Instance:
     runner = TEST_RUNNER.format(table=table, thing=table[:-1], expected=repr(want))
     module = MODULE.format(table=table)
     data = f"{project}/data/{table}.conf"
-    solve, run = [], f"python3 {project}/tests/run_tests.py"
+    solve, run = [], TESTS_RUN(project)
     for k in keys:  # the runner stops at the first failure, in EXPECTED's order
         if k in wrong:
-            solve += [run, f"sed -i {q(f's/^{k} = .*/{k} = {want[k]}/')} {data}"]
+            solve += [run, set_value(k, want[k], data)]
     fixed = lines(*(f"{k} = {want[k]}" for k in keys))
     return Instance(
-        instruction=f"The tests of the project in `/app/{project}/` fail: run `python3 {project}/tests/run_tests.py` "
-                    f"from `/app` to see why. The code is right; some values in its data are wrong. Fix the data "
-                    f"(not the code or the tests) so that the tests pass.",
+        instruction=f"The tests of the project in `/app/{project}/` fail: run `{run}` from `/app` to see why. The "
+                    f"code is right; some values in its data are wrong. Fix the data (not the code or the tests) so "
+                    f"that the tests pass.",
         files={f"{project}/{table}.py": module, f"{project}/tests/run_tests.py": runner,
                data: lines(*(f"{k} = {have[k]}" for k in keys))},
         solve=solve + [run],
         checks=[file_is(f"{project}/{table}.py", module), file_is(f"{project}/tests/run_tests.py", runner),
-                file_is(data, fixed), f"python3 {project}/tests/run_tests.py >/dev/null 2>&1"], category="debugging")
+                file_is(data, fixed), f"{run} >/dev/null 2>&1"], category="debugging")
 
 
 def teach_tests(asked: dict):
     project = asked["project"]
-    run = f"python3 {project}/tests/run_tests.py"
+    run = TESTS_RUN(project)
     while True:
         shown = yield run
         failed = re.search(r"^FAIL test_\w+: \w+ of '(\w+)' is (-?\d+) \(from (\S+)\), expected (-?\d+)$", shown,
@@ -137,8 +145,8 @@ def teach_tests(asked: dict):
         if failed is None:
             found(r"^all \d+ tests passed$", shown, "passing run")
             return
-        key, _, where, want = failed.groups()  # the line is set whatever it holds: one number to copy, not two
-        yield f"sed -i {q(f's/^{key} = .*/{key} = {want}/')} {project}/{where}"
+        key, _, where, want = failed.groups()
+        yield set_value(key, want, f"{project}/{where}")
 
 
 FAMILIES = (

@@ -15,6 +15,14 @@ from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, fou
 NAMES = ["ada", "bruno", "chen", "dara", "elif", "femi", "goran", "hana", "ivo", "jules", "kemal", "lena", "milo",
          "nadia", "oskar", "priya", "quinn", "rafa", "sanna", "tomas", "uma", "vera", "wren", "yusuf", "zora"]
 STATUSES = ["open", "closed", "waiting", "escalated", "resolved"]
+# each family's commands, written once: the task's solution lists them with the world's values, the teacher types
+# them with the values it read
+OWNER_FIND = "grep -rl {} archive".format
+SHOW = "cat {}".format
+OWNER_WRITE = "echo {} > owner.txt".format
+CHAIN_WRITE = "echo {} > key.txt".format
+LARGEST_LIST = "find cache -type f -printf '%s %p\\n' | sort -n | tail -n 3"
+LARGEST_STEPS = ("mkdir -p {into}", "mv {path} {into}/", "ls -l {into}")
 
 
 # ------------------------------------------------------------------------------------------------------ find-owner
@@ -46,18 +54,17 @@ def build_owner(asked: dict, rng: random.Random) -> Instance:
         instruction=f"Exactly one file under `/app/archive/` is about ticket `{ticket}`. Find it, read its `owner:` "
                     f"line, and write that owner's name (just the name, followed by a newline) to `/app/owner.txt`.",
         files=files,
-        solve=[f"grep -rl {q('ticket: ' + ticket)} archive", f"cat {target}", f"echo {owner} > owner.txt",
-               "cat owner.txt"],
+        solve=[OWNER_FIND(q('ticket: ' + ticket)), SHOW(target), OWNER_WRITE(owner), SHOW("owner.txt")],
         checks=[file_is("owner.txt", owner + "\n")], category="search")
 
 
 def teach_owner(asked: dict):
-    listed = yield f"grep -rl {q('ticket: ' + asked['ticket'])} archive"
+    listed = yield OWNER_FIND(q("ticket: " + asked["ticket"]))
     path = found(r"^(archive/\S+\.txt)$", listed, "file of the ticket").group(1)
-    shown = yield f"cat {path}"
+    shown = yield SHOW(path)
     owner = found(r"^owner: (\w+)$", shown, "owner line").group(1)
-    yield f"echo {owner} > owner.txt"
-    yield "cat owner.txt"
+    yield OWNER_WRITE(owner)
+    yield SHOW("owner.txt")
 
 
 # ------------------------------------------------------------------------------------------------------ hint-chain
@@ -87,26 +94,26 @@ def build_chain(asked: dict, rng: random.Random) -> Instance:
     entries = decoys + [f"{service}={key}"]
     rng.shuffle(entries)
     files[vault] = lines(*entries)
-    reads = [f"cat {path}" for path in ["notes/start.txt", *chain]]
+    reads = [SHOW(path) for path in ["notes/start.txt", *chain]]
     return Instance(
         instruction=f"The deploy key of service `{service}` is documented somewhere under `/app/`. Start at "
                     f"`/app/notes/start.txt` and follow the notes to the key, then write the key (just the key, "
                     f"followed by a newline) to `/app/key.txt`.",
-        files=files, solve=reads + [f"echo {key} > key.txt"],
+        files=files, solve=reads + [CHAIN_WRITE(key)],
         checks=[file_is("key.txt", key + "\n")], category="search")
 
 
 def teach_chain(asked: dict):
     service = asked["service"]
-    shown = yield "cat notes/start.txt"
+    shown = yield SHOW("notes/start.txt")
     place = found(rf"^- {re.escape(service)}: see (\S+)$", shown, f"note of {service}").group(1)
     while True:
-        shown = yield f"cat {place}"
+        shown = yield SHOW(place)
         key = re.search(rf"^{re.escape(service)}=(\S+)$", shown, flags=re.M)
         if key:
             break
         place = found(r"now kept in (\S+)$", shown, "next place").group(1)
-    yield f"echo {key.group(1)} > key.txt"
+    yield CHAIN_WRITE(key.group(1))
 
 
 # ---------------------------------------------------------------------------------------------------- largest-file
@@ -132,17 +139,15 @@ def build_largest(asked: dict, rng: random.Random) -> Instance:
                     f"(by size in bytes) into `/app/{into}/` (create it), keeping its file name, and leave every other "
                     f"file where it is.",
         files=files,
-        solve=["find cache -type f -printf '%s %p\\n' | sort -n | tail -n 3", f"mkdir -p {into}",
-               f"mv {target} {into}/", f"ls -l {into}"],
+        solve=[LARGEST_LIST, *(step.format(path=target, into=into) for step in LARGEST_STEPS)],
         checks=checks, category="file-ops")
 
 
 def teach_largest(asked: dict):
-    listed = yield "find cache -type f -printf '%s %p\\n' | sort -n | tail -n 3"
+    listed = yield LARGEST_LIST
     path = found(r"^\d+ (cache/\S+)$", listed, "file with its size").group(1)
-    yield f"mkdir -p {asked['into']}"
-    yield f"mv {path} {asked['into']}/"
-    yield f"ls -l {asked['into']}"
+    for step in LARGEST_STEPS:
+        yield step.format(path=path, into=asked["into"])
 
 
 FAMILIES = (

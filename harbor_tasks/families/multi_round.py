@@ -16,6 +16,21 @@ from harbor_tasks.families.instance import (WORDS, Case, Family, Instance, Round
 # ----------------------------------------------------------------------------------------------------- orders-rounds
 STATUSES = ["paid", "pending", "refunded", "shipped"]
 COLUMNS = ["id", "customer", "status", "amount", "region", "channel"]
+# each family's commands, written once: the rounds' solutions list them with the world's values, the teacher types
+# them with the values it read
+ORDERS_HEADER = "head -n 1 data/orders.csv"
+MAKE_REPORT = "mkdir -p report"
+WRITE_COUNT = "echo {} > report/count.txt".format
+WRITE_TOTAL = "echo {} > report/total.txt".format
+
+
+def orders_commands(col: dict[str, int], status: str, test: str) -> tuple[str, str, str]:
+    """The count, total and drop commands of orders-rounds, with the columns numbered as the header has them."""
+    s, a, c = col["status"], col["amount"], col["customer"]
+    return (f"awk -F, 'NR > 1 && ${s} == \"{status}\"' data/orders.csv | wc -l",
+            f"awk -F, 'NR > 1 && ${s} == \"{status}\" {{t += ${a}}} END {{print t + 0}}' data/orders.csv",
+            f"awk -F, 'NR == 1 || ${c} != \"{test}\"' data/orders.csv > data/orders.new && "
+            "mv data/orders.new data/orders.csv")
 
 
 def ask_orders(rng: random.Random) -> dict:
@@ -52,11 +67,7 @@ def build_orders(asked: dict, rng: random.Random) -> Instance:
         return sum(int(r["amount"]) for r in rs if r["status"] == status)
 
     kept = [r for r in rows if r["customer"] != test]
-    s, a, c = col["status"], col["amount"], col["customer"]
-    count_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\"' data/orders.csv | wc -l"
-    total_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\" {{t += ${a}}} END {{print t + 0}}' data/orders.csv"
-    drop_cmd = (f"awk -F, 'NR == 1 || ${c} != \"{test}\"' data/orders.csv > data/orders.new && "
-                "mv data/orders.new data/orders.csv")
+    count_cmd, total_cmd, drop_cmd = orders_commands(col, status, test)
     r1_count = Case("count", number_is("report/count.txt", count(rows)),
                     f"report/count.txt should hold how many orders are {status}, and it doesn't")
     r2_total = Case("total", number_is("report/total.txt", total(rows)),
@@ -71,16 +82,16 @@ def build_orders(asked: dict, rng: random.Random) -> Instance:
         Round(f"`/app/data/orders.csv` lists orders (comma-separated, a header line, no quoting). Write the number of "
               f"orders whose status is `{status}` to `/app/report/count.txt` (create `/app/report/`), as a plain "
               f"number followed by a newline.",
-              ["head -n 1 data/orders.csv", count_cmd, "mkdir -p report", f"echo {count(rows)} > report/count.txt"],
+              [ORDERS_HEADER, count_cmd, MAKE_REPORT, WRITE_COUNT(count(rows))],
               [r1_count]),
         Round(f"Next: also write the total `amount` of the orders whose status is `{status}` to "
               f"`/app/report/total.txt`, as a plain number followed by a newline. Keep `/app/report/count.txt` right.",
-              ["head -n 1 data/orders.csv", total_cmd, f"echo {total(rows)} > report/total.txt"], [r1_count, r2_total]),
+              [ORDERS_HEADER, total_cmd, WRITE_TOTAL(total(rows))], [r1_count, r2_total]),
         Round(f"Change: the orders of customer `{test}` were test data. Delete their rows from `/app/data/orders.csv` "
               f"(keep the header and every other row as it is), then make `/app/report/count.txt` and "
               f"`/app/report/total.txt` match what is left.",
-              ["head -n 1 data/orders.csv", drop_cmd, count_cmd, f"echo {count(kept)} > report/count.txt",
-               total_cmd, f"echo {total(kept)} > report/total.txt"], r3),
+              [ORDERS_HEADER, drop_cmd, count_cmd, WRITE_COUNT(count(kept)), total_cmd, WRITE_TOTAL(total(kept))],
+              r3),
     ]
     return Instance(instruction=rounds[0].instruction, files={"data/orders.csv": text(rows)}, solve=[], checks=[],
                     category="data-processing", rounds=rounds)
@@ -93,24 +104,28 @@ def _columns(header: str) -> dict[str, int]:
 
 def teach_orders(asked: dict, round_index: int):
     status, test = asked["status"], asked["test_customer"]
-    col = _columns((yield "head -n 1 data/orders.csv"))
-    s, a, c = col["status"], col["amount"], col["customer"]
-    count_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\"' data/orders.csv | wc -l"
-    total_cmd = f"awk -F, 'NR > 1 && ${s} == \"{status}\" {{t += ${a}}} END {{print t + 0}}' data/orders.csv"
+    count_cmd, total_cmd, drop_cmd = orders_commands(_columns((yield ORDERS_HEADER)), status, test)
     if round_index == 2:
-        yield (f"awk -F, 'NR == 1 || ${c} != \"{test}\"' data/orders.csv > data/orders.new && "
-               "mv data/orders.new data/orders.csv")
+        yield drop_cmd
     if round_index in (0, 2):
         counted = found(r"^(\d+)$", (yield count_cmd), "count").group(1)
         if round_index == 0:
-            yield "mkdir -p report"
-        yield f"echo {counted} > report/count.txt"
+            yield MAKE_REPORT
+        yield WRITE_COUNT(counted)
     if round_index in (1, 2):
         summed = found(r"^(\d+)$", (yield total_cmd), "total").group(1)
-        yield f"echo {summed} > report/total.txt"
+        yield WRITE_TOTAL(summed)
 
 
 # ---------------------------------------------------------------------------------------------------- service-rounds
+SERVICE_RUN = "bash svc/run.sh"
+SERVICE_CONF = "svc/{}.conf".format
+# each problem's error as the start check prints it (a pattern) and its fix (a template of what the pattern caught)
+SERVICE_FIXES = {"spool": (r"spool directory (\S+) does not exist", "mkdir -p {0}"),
+                 "lock": (r"lock file (\S+) exists", "rm {0}")}
+LOOK_UP = "grep -n {what} {conf}".format
+SET_PORT = "sed -i 's/^port = {old}$/port = {new}/' {conf}".format
+MOVE_LOG = ("mkdir -p logs", "cp {old} {new}", "sed -i 's#^log = {old}$#log = {new}#' {conf}")
 def ask_service(rng: random.Random) -> dict:
     return {"name": rng.choice(["ledger", "relay", "indexer", "mailer", "scheduler"]), "port": rng.randint(8100, 8999)}
 
@@ -124,20 +139,20 @@ def build_service(asked: dict, rng: random.Random) -> Instance:
     problems = rng.sample(["spool", "lock"], rng.randint(1, 2))
     guards = {"spool": f'[ -d {spool} ] || fail "spool directory {spool} does not exist (create it)"',
               "lock": f'[ ! -e {lock} ] || fail "lock file {lock} exists: a previous run did not finish; remove it"'}
-    fixes = {"spool": f"mkdir -p {spool}", "lock": f"rm {lock}"}
-    script = lines("#!/bin/bash", f"# {name}: checks its setup and reports where it would listen", 'cd "$(dirname "$0")/.."',
-                   'fail() { echo "error: $1" >&2; exit 1; }', f"conf=svc/{name}.conf",
+    script = lines("#!/bin/bash", f"# {name}: checks its setup and reports where it would listen",
+                   'cd "$(dirname "$0")/.."',
+                   'fail() { echo "error: $1" >&2; exit 1; }', f"conf={SERVICE_CONF(name)}",
                    *(guards[p] for p in problems),
                    "port=$(sed -n 's/^port = //p' \"$conf\")", "log=$(sed -n 's/^log = //p' \"$conf\")",
                    '[ -n "$log" ] && [ -d "$(dirname "$log")" ] || fail "log folder of $log does not exist"',
                    'echo "started on $port" >> "$log"', 'echo "ready on $port"')
-    conf = f"svc/{name}.conf"
+    conf = SERVICE_CONF(name)
     conf_before = lines(f"# {name}", f"port = {old_port}", f"log = {old_log}", f"workers = {rng.randint(2, 8)}")
     old_lines = [f"started on {old_port}" for _ in range(rng.randint(1, 3))]
     files = {f"svc/run.sh": script, conf: conf_before, old_log: lines(*old_lines), lock: "4242\n"}
     if "lock" not in problems:
         del files[lock]
-    run = "bash svc/run.sh"
+    run = SERVICE_RUN
     r1 = Case("runs", f"bash svc/run.sh 2>/dev/null | grep -qx 'ready on [0-9]*'",
               "bash svc/run.sh still doesn't print that it's ready")
     r2 = Case("port", f"grep -qx 'port = {port}' {conf} && bash svc/run.sh 2>/dev/null | grep -qx 'ready on {port}'",
@@ -149,7 +164,7 @@ def build_service(asked: dict, rng: random.Random) -> Instance:
                                                 "svc/run.sh itself should not change")]
     fix_solve = []
     for problem in problems:
-        fix_solve += [run, fixes[problem]]
+        fix_solve += [run, SERVICE_FIXES[problem][1].format({"spool": spool, "lock": lock}[problem])]
     new_log = f"logs/{name}.log"
     rounds = [
         Round(f"`bash /app/svc/run.sh` (the {name} service's start check) fails. Find out why from what it prints and "
@@ -157,36 +172,32 @@ def build_service(asked: dict, rng: random.Random) -> Instance:
               fix_solve + [run], [r1, Case("unchanged", r3[2].check, r3[2].says)]),
         Round(f"Next: the {name} service must listen on port {port}. Change its config (the `port = ` line of its "
               f".conf file under `/app/svc/`) so that `bash /app/svc/run.sh` prints `ready on {port}`.",
-              [f"grep -n port {conf}", f"sed -i 's/^port = {old_port}$/port = {port}/' {conf}", run],
+              [LOOK_UP(what="port", conf=conf), SET_PORT(old=old_port, new=port, conf=conf), run],
               [r2, Case("unchanged", r3[2].check, r3[2].says)]),
         Round(f"Change: the {name} service's log moves to `/app/logs/{name}.log`. Set its config's `log = ` line to "
               f"`logs/{name}.log`, create `/app/logs/`, and start the new log with the old log's lines (copy them "
               f"over) before running `bash /app/svc/run.sh` again.",
-              [f"grep -n log {conf}", "mkdir -p logs", f"cp {old_log} {new_log}",
-               f"sed -i 's#^log = {old_log}$#log = {new_log}#' {conf}", run], r3),
+              [LOOK_UP(what="log", conf=conf), *(step.format(old=old_log, new=new_log, conf=conf) for step in MOVE_LOG),
+               run], r3),
     ]
     return Instance(instruction=rounds[0].instruction, files=files, solve=[], checks=[], category="debugging",
                     rounds=rounds)
 
 
-FIXES = [(r"spool directory (\S+) does not exist", "mkdir -p {0}"), (r"lock file (\S+) exists", "rm {0}")]
-
-
 def teach_service(asked: dict, round_index: int):
     name, port = asked["name"], asked["port"]
-    run, conf = "bash svc/run.sh", f"svc/{name}.conf"
+    run, conf = SERVICE_RUN, SERVICE_CONF(name)
     if round_index == 0:
-        yield from fix_until_it_runs(run, FIXES, r"^ready on \d+$")
+        yield from fix_until_it_runs(run, list(SERVICE_FIXES.values()), r"^ready on \d+$")
         return
     if round_index == 1:
-        old = found(r"^\d+:port = (\d+)$", (yield f"grep -n port {conf}"), "port line").group(1)
-        yield f"sed -i 's/^port = {old}$/port = {port}/' {conf}"
+        old = found(r"^\d+:port = (\d+)$", (yield LOOK_UP(what="port", conf=conf)), "port line").group(1)
+        yield SET_PORT(old=old, new=port, conf=conf)
         found(rf"^ready on {port}$", (yield run), "ready line on the new port")
         return
-    old = found(r"^\d+:log = (\S+)$", (yield f"grep -n log {conf}"), "log line").group(1)
-    yield "mkdir -p logs"
-    yield f"cp {old} logs/{name}.log"
-    yield f"sed -i 's#^log = {old}$#log = logs/{name}.log#' {conf}"
+    old = found(r"^\d+:log = (\S+)$", (yield LOOK_UP(what="log", conf=conf)), "log line").group(1)
+    for step in MOVE_LOG:
+        yield step.format(old=old, new=f"logs/{name}.log", conf=conf)
     yield run
 
 
