@@ -17,12 +17,15 @@ NAMES = ["ada", "bruno", "chen", "dara", "elif", "femi", "goran", "hana", "ivo",
 STATUSES = ["open", "closed", "waiting", "escalated", "resolved"]
 # each family's commands, written once: the task's solution lists them with the world's values, the teacher types
 # them with the values it read
-OWNER_FIND = "grep -rl {} archive".format
 SHOW = "cat {}".format
 OWNER_WRITE = "echo {} > owner.txt".format
 CHAIN_WRITE = "echo {} > key.txt".format
 LARGEST_LIST = "find cache -type f -printf '%s %p\\n' | sort -n | tail -n 3"
 LARGEST_STEPS = ("mkdir -p {into}", "mv {path} {into}/", "ls -l {into}")
+
+
+def owner_find(ticket: str) -> str:
+    return f"grep -rl {q('ticket: ' + ticket)} archive"
 
 
 # ------------------------------------------------------------------------------------------------------ find-owner
@@ -54,12 +57,12 @@ def build_owner(asked: dict, rng: random.Random) -> Instance:
         instruction=f"Exactly one file under `/app/archive/` is about ticket `{ticket}`. Find it, read its `owner:` "
                     f"line, and write that owner's name (just the name, followed by a newline) to `/app/owner.txt`.",
         files=files,
-        solve=[OWNER_FIND(q('ticket: ' + ticket)), SHOW(target), OWNER_WRITE(owner), SHOW("owner.txt")],
+        solve=[owner_find(ticket), SHOW(target), OWNER_WRITE(owner), SHOW("owner.txt")],
         checks=[file_is("owner.txt", owner + "\n")], category="search")
 
 
 def teach_owner(asked: dict):
-    listed = yield OWNER_FIND(q("ticket: " + asked["ticket"]))
+    listed = yield owner_find(asked["ticket"])
     path = found(r"^(archive/\S+\.txt)$", listed, "file of the ticket").group(1)
     shown = yield SHOW(path)
     owner = found(r"^owner: (\w+)$", shown, "owner line").group(1)
