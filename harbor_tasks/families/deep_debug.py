@@ -10,15 +10,16 @@ from __future__ import annotations
 import random
 import re
 
-from harbor_tasks.families.instance import WORDS, Family, Instance, file_is, fix_until_it_runs, found, lines, q
+from harbor_tasks.families.instance import (WORDS, Family, Fixes, Instance, file_is, fix_until_it_runs, fixes_in_order,
+                                            found, lines, q)
 
 # ------------------------------------------------------------------------------------------------- failing-script
 SCRIPTS = ["report", "backup", "sync", "rotate", "export", "digest"]
 SETTINGS = ["retention_days", "max_files", "batch_size", "keep_copies", "timeout_sec"]
 SCRIPT_RUN = "bash bin/{}.sh".format
-# each problem's error as the script prints it (a pattern) and its fix (a template of what the pattern caught): the
-# teacher reads the one, the task's solution types the other with the world's values
-FIXES = {"dir": (r"output directory (\S+) does not exist", "mkdir -p {0}"),
+# each problem's error as the script prints it and its fix: the teacher reads the one, the task's solution types the
+# other with the world's values
+FIXES: Fixes = {"dir": (r"output directory (\S+) does not exist", "mkdir -p {0}"),
          "lock": (r"lock file (\S+) exists", "rm {0}"), "mode": (r"(\S+) must have mode (\d+)", "chmod {1} {0}"),
          "key": (r"(\S+) has no (\w+)= line; set it to (\S+)", "echo {1}={2} >> {0}")}
 
@@ -53,19 +54,17 @@ def build_script(asked: dict, rng: random.Random) -> Instance:
              "data/input.txt": lines(*records), lock: "pid 4242\n"}
     if "lock" not in problems:
         del files[lock]
-    solve, run = [], SCRIPT_RUN(name)
-    for problem in problems:
-        solve += [run, FIXES[problem][1].format(*caught[problem])]
+    run = SCRIPT_RUN(name)
     return Instance(
         instruction=f"Running `bash /app/bin/{name}.sh` fails. Find out why from what it prints and fix what it "
                     f"needs in its environment (do not edit the script itself) until it runs successfully.",
-        files=files, solve=solve + [run],
+        files=files, solve=fixes_in_order(run, FIXES, problems, caught) + [run],
         checks=[file_is(f"bin/{name}.sh", script), f"bash bin/{name}.sh >/dev/null 2>&1",
                 file_is(report, f"{name}: {len(records)} records\n")], category="debugging")
 
 
 def teach_script(asked: dict):
-    yield from fix_until_it_runs(SCRIPT_RUN(asked["script"]), list(FIXES.values()), r"^done: wrote \S+$")
+    yield from fix_until_it_runs(SCRIPT_RUN(asked["script"]), FIXES, r"^done: wrote \S+$")
 
 
 # --------------------------------------------------------------------------------------------------- failing-test

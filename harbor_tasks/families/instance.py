@@ -75,7 +75,17 @@ def found(pattern: str, text: str, what: str) -> re.Match:
     return matches[-1]
 
 
-def fix_until_it_runs(run: str, fixes: list[tuple[str, str]], success: str):
+# a family's fixes: problem -> (the pattern of its error line, the template of its fix over what the pattern caught)
+Fixes = dict[str, tuple[str, str]]
+
+
+def fixes_in_order(run: str, fixes: Fixes, problems: list[str], caught: dict[str, tuple]) -> list[str]:
+    """The solution side of `fix_until_it_runs`: for each of the world's `problems` in the order the command meets
+    them, run it, then type the fix's template over the values the error will name (`caught[problem]`)."""
+    return [step for problem in problems for step in (run, fixes[problem][1].format(*caught[problem]))]
+
+
+def fix_until_it_runs(run: str, fixes: Fixes, success: str):
     """A policy's loop over a command that stops at its first problem: run it, read its `error: ...` line, type the
     fix the first matching (pattern, command template) of `fixes` gives, run again; done when it prints `success`.
     Use as `yield from`."""
@@ -85,8 +95,8 @@ def fix_until_it_runs(run: str, fixes: list[tuple[str, str]], success: str):
         if error is None:
             found(success, shown, "success line")
             return
-        fix = next((how.format(*m.groups()) for pattern, how in fixes if (m := re.search(pattern, error.group(1)))),
-                   None)
+        fix = next((how.format(*m.groups()) for pattern, how in fixes.values()
+                    if (m := re.search(pattern, error.group(1)))), None)
         if fix is None:
             raise LookupError(f"no fix known for {error.group(1)!r}")
         yield fix

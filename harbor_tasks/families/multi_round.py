@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from harbor_tasks.families.instance import (WORDS, Case, Family, Instance, Round, file_is, fix_until_it_runs, found,
-                                            lines, number_is, q)
+from harbor_tasks.families.instance import (WORDS, Case, Family, Fixes, Instance, Round, file_is, fix_until_it_runs,
+                                            fixes_in_order, found, lines, number_is, q)
 
 # ----------------------------------------------------------------------------------------------------- orders-rounds
 STATUSES = ["paid", "pending", "refunded", "shipped"]
@@ -120,12 +120,15 @@ def teach_orders(asked: dict, round_index: int):
 # ---------------------------------------------------------------------------------------------------- service-rounds
 SERVICE_RUN = "bash svc/run.sh"
 SERVICE_CONF = "svc/{}.conf".format
-# each problem's error as the start check prints it (a pattern) and its fix (a template of what the pattern caught)
-SERVICE_FIXES = {"spool": (r"spool directory (\S+) does not exist", "mkdir -p {0}"),
+SERVICE_LOG = "logs/{}.log".format
+# each problem's error as the start check prints it and its fix
+SERVICE_FIXES: Fixes = {"spool": (r"spool directory (\S+) does not exist", "mkdir -p {0}"),
                  "lock": (r"lock file (\S+) exists", "rm {0}")}
 LOOK_UP = "grep -n {what} {conf}".format
 SET_PORT = "sed -i 's/^port = {old}$/port = {new}/' {conf}".format
 MOVE_LOG = ("mkdir -p logs", "cp {old} {new}", "sed -i 's#^log = {old}$#log = {new}#' {conf}")
+
+
 def ask_service(rng: random.Random) -> dict:
     return {"name": rng.choice(["ledger", "relay", "indexer", "mailer", "scheduler"]), "port": rng.randint(8100, 8999)}
 
@@ -162,10 +165,8 @@ def build_service(asked: dict, rng: random.Random) -> Instance:
                f"the log should be logs/{name}.log (log = logs/{name}.log in {conf}), its old lines first"),
           Case("port", r2.check, r2.says), Case("unchanged", file_is("svc/run.sh", script),
                                                 "svc/run.sh itself should not change")]
-    fix_solve = []
-    for problem in problems:
-        fix_solve += [run, SERVICE_FIXES[problem][1].format({"spool": spool, "lock": lock}[problem])]
-    new_log = f"logs/{name}.log"
+    fix_solve = fixes_in_order(run, SERVICE_FIXES, problems, {"spool": (spool,), "lock": (lock,)})
+    new_log = SERVICE_LOG(name)
     rounds = [
         Round(f"`bash /app/svc/run.sh` (the {name} service's start check) fails. Find out why from what it prints and "
               f"fix what it needs in its environment (not the script) until it prints `ready on` its port.",
@@ -188,7 +189,7 @@ def teach_service(asked: dict, round_index: int):
     name, port = asked["name"], asked["port"]
     run, conf = SERVICE_RUN, SERVICE_CONF(name)
     if round_index == 0:
-        yield from fix_until_it_runs(run, list(SERVICE_FIXES.values()), r"^ready on \d+$")
+        yield from fix_until_it_runs(run, SERVICE_FIXES, r"^ready on \d+$")
         return
     if round_index == 1:
         old = found(r"^\d+:port = (\d+)$", (yield LOOK_UP(what="port", conf=conf)), "port line").group(1)
@@ -197,7 +198,7 @@ def teach_service(asked: dict, round_index: int):
         return
     old = found(r"^\d+:log = (\S+)$", (yield LOOK_UP(what="log", conf=conf)), "log line").group(1)
     for step in MOVE_LOG:
-        yield step.format(old=old, new=f"logs/{name}.log", conf=conf)
+        yield step.format(old=old, new=SERVICE_LOG(name), conf=conf)
     yield run
 
 
