@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 
 from sandbox.errors import SandboxError
 from sandbox.processes import killpg
@@ -22,6 +23,7 @@ from sandbox.processes import killpg
 LOOP_CONTROL = "/dev/loop-control"
 LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A  # linux/loop.h; LOOP_CONFIGURE since Linux 5.8
 LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 4, 16
+ATTACH_PATIENCE_SEC = 5.0  # a device an ending sandbox's mount still holds stays busy for moments: wait those out
 MKFS_TIMEOUT_SEC = 120  # a sparse image, no journal, lazy inode tables: seconds even for many GiB on a loaded host
 MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1")
 MOUNT_OPTIONS = "noinit_itable"  # the sparse file reads as zeros: no inode tables to write in the background
@@ -56,6 +58,10 @@ class Disk:
             self._fd = None
 
 
+class _AllBusy(OSError):
+    """Every free loop device the kernel offered was taken or still held (busy) when configured."""
+
+
 def _attach(image_fd: int) -> Disk:
     ctl = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
     try:
@@ -77,7 +83,7 @@ def _attach(image_fd: int) -> Disk:
                         os.close(fd)
                         raise
             os.close(fd)
-        raise OSError("no free loop device")
+        raise _AllBusy("no free loop device")
     finally:
         os.close(ctl)
 
@@ -108,9 +114,24 @@ async def make_disk(directory: str, size_mb: int) -> Disk:
             raise
         if proc.returncode != 0:
             raise OSError(f"{MKFS[0]} failed (exit {proc.returncode}): {out.decode(errors='replace').strip()[-500:]}")
-        return _attach(image)
+        return await _attach_patiently(image)
     finally:
         os.close(image)  # the loop device holds the file now
+
+
+async def _attach_patiently(image_fd: int) -> Disk:
+    """``_attach``, again after a growing pause while every device it is offered is busy: the kernel offers the lowest
+    unbound device, and one whose last mount is still going (a sandbox ending beside this one) is refused until it has
+    gone, however often it is tried at once; up to ``ATTACH_PATIENCE_SEC``."""
+    pause, deadline = 0.005, time.monotonic() + ATTACH_PATIENCE_SEC
+    while True:
+        try:
+            return _attach(image_fd)
+        except _AllBusy:
+            if time.monotonic() >= deadline:
+                raise _AllBusy(f"no free loop device (every one offered busy for {ATTACH_PATIENCE_SEC:g} s)") from None
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def shut_down(fd: int, rdev: int) -> bool:

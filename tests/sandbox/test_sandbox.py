@@ -685,6 +685,57 @@ def _wait_until_no_loops_in(folder: Path) -> list[str]:
     return _loops_backed_in(folder)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists() or shutil.which("unshare") is None,
+                    reason="a disk-backed root needs root and loop devices (and unshare, to mount as a sandbox does)")
+def test_disks_attach_while_the_disks_of_ending_sandboxes_go(tmp_path):
+    """Sandboxes start beside sandboxes that end (an RL step's 32 episodes): the kernel offers the lowest unbound loop
+    device, and one whose last mount is still going refuses every try at once (EBUSY). Before the fix 31 of 2,605
+    disks made in 30 s this way failed with `no free loop device` (their roots fell back to a tmpfs)."""
+    import asyncio
+    import collections
+    import threading
+
+    from sandbox.storage import make_disk
+
+    errors, made, stop = collections.Counter(), [0], threading.Event()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def ending_sandboxes():  # a disk mounted in a mount namespace of its own, let go when that namespace goes
+        while not stop.is_set():
+            disk = asyncio.run(make_disk(str(tmp_path), 64))
+            proc = subprocess.Popen(["unshare", "-m", "sh", "-c", f"mount {disk.device} {mnt} && sleep 0.05"],
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(0.02)
+            disk.close()
+            proc.wait()
+
+    def starting_sandboxes():
+        held = []
+        while not stop.is_set():
+            try:
+                held.append(asyncio.run(make_disk(str(tmp_path), 64)))
+                made[0] += 1
+            except OSError as exc:
+                errors[str(exc)] += 1
+            if len(held) > 6:
+                for disk in held:
+                    disk.close()
+                held = []
+        for disk in held:
+            disk.close()
+
+    threads = [threading.Thread(target=f) for f in [ending_sandboxes] * 3 + [starting_sandboxes] * 3]
+    for t in threads:
+        t.start()
+    time.sleep(10)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert made[0] > 100 and not errors, (made[0], dict(errors))
+    assert _wait_until_no_loops_in(tmp_path) == []
+
+
 @needs_namespaces
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/loop-control").exists(),
                     reason="a disk-backed root needs root and loop devices")
