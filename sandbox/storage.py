@@ -120,9 +120,9 @@ async def make_disk(directory: str, size_mb: int) -> Disk:
 
 
 async def _attach_patiently(image_fd: int) -> Disk:
-    """``_attach``, again after a growing pause while every device it is offered is busy: the kernel offers the lowest
-    unbound device, and one whose last mount is still going (a sandbox ending beside this one) is refused until it has
-    gone, however often it is tried at once; up to ``ATTACH_PATIENCE_SEC``."""
+    """``_attach``, again after a growing pause while every device it is offered is busy (seen while sandboxes end
+    beside this one: as far as we can tell, the lowest unbound device is offered while its last mount is still going,
+    and refuses every try until it has gone); up to ``ATTACH_PATIENCE_SEC``."""
     pause, deadline = 0.005, time.monotonic() + ATTACH_PATIENCE_SEC
     while True:
         try:
