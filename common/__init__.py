@@ -9,5 +9,5 @@ table of harnesses (how the policy acts, how its output is parsed, the eval agen
 support) that serving reads; `reasoning.py` splits a family's reasoning from its answer; `terminus_actions.py` is the
 Terminus action schema the reward server scores against and the pivot-row builder checks with; `terminus_2.py` is
 Terminus-2's text protocol (prompt, parser, next message, tmux calls) that agentic episodes speak as Harbor's agent
-does.
+does. `build_locks.py` removes, at a recipe's start, the build lock of a torch extension that a killed run left.
 """

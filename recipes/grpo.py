@@ -19,6 +19,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from chat_corpus.grpo_prompts import build_grpo_prompts
 from chat_corpus.sft_corpus import CorpusArguments
+from common.build_locks import clear_stale_build_locks
 from common.checkpoints import last_complete_checkpoint
 from modeling.tiny_model import resolve_model
 from rewards.client import RewardArguments, RewardClient, make_reward_function, policy_family
@@ -35,6 +36,7 @@ def main():
     corpus_args, reward_args, training_args, model_args, eval_args = parse_config(
         (CorpusArguments, RewardArguments, GRPOConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
     state = PartialState()
+    clear_stale_build_locks()  # a run killed while DeepSpeed built an op left its lock: every start would wait on it
 
     with state.main_process_first():
         model_path = resolve_model(model_args.model_name_or_path)

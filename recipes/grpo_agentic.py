@@ -24,6 +24,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
+from common.build_locks import clear_stale_build_locks
 from common.checkpoints import last_complete_checkpoint
 from common.harnesses import TERMINUS_2_HARNESS
 from episodes.local import EpisodeStats
@@ -64,6 +65,7 @@ def main():
     task_args, training_args, model_args, eval_args = parse_config(
         (AgenticTaskArguments, GRPOConfig, ModelConfig, EvalArguments), DEFAULT_CONFIG)
     state = PartialState()
+    clear_stale_build_locks()  # a run killed while DeepSpeed built an op left its lock: every start would wait on it
     with state.main_process_first():  # the main process builds the tiny model and generates the tasks
         model_path = resolve_model(model_args.model_name_or_path)
         tasks = prepare_tasks(task_args)

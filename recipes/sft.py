@@ -20,6 +20,7 @@ import modeling.varlen_attention  # noqa: F401  (registers attn_implementation "
 from chat_corpus.cache import corpus_cache_report, prepare_main_first
 from chat_corpus.masking import load_tokenizer
 from chat_corpus.sft_corpus import CorpusArguments
+from common.build_locks import clear_stale_build_locks
 from common.checkpoints import last_complete_checkpoint
 from modeling.kernels import check_kernels
 from modeling.tiny_model import resolve_model
@@ -34,6 +35,7 @@ def main():
     corpus_args, training_args, model_args, eval_args = parse_config(
         (CorpusArguments, SFTConfig, ModelConfig, EvalArguments), DEFAULT_SFT_CONFIG)
     state = PartialState()
+    clear_stale_build_locks()  # a run killed while DeepSpeed built an op left its lock: every start would wait on it
 
     with state.main_process_first():  # the main process builds the tiny model (if asked for) before the others
         model_path = resolve_model(model_args.model_name_or_path)
