@@ -217,7 +217,7 @@ def check(task: Path, trajectory: Trajectory) -> dict:
     compared, same, differs = 0, 0, []
     try:
         with BlockingSandbox(config) as box:
-            watch = VerifierWatch(box.root, box.command_path())
+            watch = VerifierWatch(box.root, box.command_path(), box.command_sessions)
             for step in trajectory.steps:
                 command = _as_shell(step)
                 looks = (step.tool == "read" or (step.command is not None and LOOKS.match(step.command)

@@ -206,7 +206,7 @@ class SandboxEpisode:
         try:
             box.start()
             self._prepare(box)
-            watch = VerifierWatch(box.root, box.command_path())  # the environment as built, before the agent
+            watch = VerifierWatch(box.root, box.command_path(), box.command_sessions)  # as built, before the agent
         except (SandboxError, OSError) as err:
             box.close()
             self._fail(infra_failure(err))

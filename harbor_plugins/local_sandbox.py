@@ -174,7 +174,8 @@ class LocalSandboxEnvironment(BaseEnvironment):
             raise SandboxError(f"sandbox setup failed: {res.stderr}")
         await self._upload_environment_dir_after_start()
         self._agent_mark = self._sandbox.network_mark()
-        self._watch = await asyncio.to_thread(VerifierWatch, self._sandbox.root, self._sandbox.command_path())
+        self._watch = await asyncio.to_thread(VerifierWatch, self._sandbox.root, self._sandbox.command_path(),
+                                                self._sandbox.command_sessions)
 
     async def stop(self, delete: bool):
         if self._sandbox is not None:

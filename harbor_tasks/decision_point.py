@@ -125,7 +125,7 @@ class DecisionPoint:
             seconds[part] = round(clock[-1] - clock[-2], 4)
 
         with BlockingSandbox(config) as box:
-            watch = VerifierWatch(box.root, box.command_path())  # the environment as built, before any command
+            watch = VerifierWatch(box.root, box.command_path(), box.command_sessions)  # as built, before any command
             top = box.workdir
             lap("start")
             if self.prefix:

@@ -1,7 +1,7 @@
 """What an agent did to its verifier's run, seen from the host: the verifier's paths, its tools, processes left writing.
 Runs in: any Python >= 3.11, standard library only (sandbox.inside); the Harbor adapter and RL episodes alike.
 
-    watch = VerifierWatch(sandbox.root, sandbox.command_path())  # once the environment is built, before the agent
+    watch = VerifierWatch(sandbox.root, sandbox.command_path(), sandbox.command_sessions)  # built, before the agent
     watch.check_paths()                        # before the harness makes /logs/verifier fresh and uploads /tests
     watch.expect_tests([task / "tests"])       # what it uploads (host folders)
     watch.before_verifier()                    # then: the fresh folder, the uploaded tests, the tools, the processes
@@ -153,10 +153,14 @@ def _tool_changes(before: dict, now: dict) -> str:
 
 class _ProcessWatch:
     """Samples the sandbox's processes from the host while the verifier runs: those outside the verifier's own (not
-    of the session of a command this process is running, nor children of one) whose write counter grew."""
+    of the session of a command the sandbox started since the watch began, nor children of one) whose write counter
+    grew."""
 
-    def __init__(self, init_pid: int):
+    def __init__(self, init_pid: int, command_sessions: Callable[[int], list[int]]):
         self.init_pid = init_pid
+        # the sessions of the sandbox's commands from the verifier's on, as the sandbox recorded them: a process first
+        # seen once the command that ran the tests has ended (its helper gone) is still told by its session
+        self._command_sessions, self._since = command_sessions, len(command_sessions(0))
         # (pid, start) -> [comm, first wchar, last wchar, why it is not the verifier's, as first seen]
         self.outside: dict[tuple[int, str], list] = {}
         self.verifier: set[tuple[int, str]] = set()
@@ -166,31 +170,30 @@ class _ProcessWatch:
         self._thread = threading.Thread(target=self._run, name="verifier-watch", daemon=True)
         self._thread.start()
 
-    def _ours(self, session: int) -> bool:
-        return host_parent(session) == os.getpid()
-
     def sample(self) -> None:
         procs = processes(self.init_pid)
+        ours = set(self._command_sessions(self._since))  # after the look: a command seen running is among them
         verifier_pids = {pid for pid, _ in self.verifier}
         for proc in sorted(procs.values(), key=lambda p: p.pid):
             key = (proc.pid, proc.start)
             if key in self.outside:
                 self.outside[key][2] = proc.wchar
             elif key not in self.verifier:
-                if self._ours(proc.session) or proc.ppid in verifier_pids:
+                if proc.session in ours or proc.ppid in verifier_pids:
                     self.verifier.add(key)
                     verifier_pids.add(proc.pid)
                 else:  # born during the verification outside it: every byte it wrote counts
                     self.outside[key] = [proc.comm, 0, proc.wchar, self._why_outside(proc, procs)]
 
     def _why_outside(self, proc, procs: dict) -> str:
-        """Started during the run, yet neither in the session of a command this process runs nor a child of the
-        verifier's: its parent and its session's leader, so that a report that is wrong explains itself."""
+        """Started during the run, yet neither in the session of a command the sandbox started since the watch began
+        nor a child of the verifier's: its parent and its session's leader, so that a report that is wrong explains
+        itself."""
         leader_parent = host_parent(proc.session)
         parent = procs.get(proc.ppid)
         return (f"started during the run by pid {proc.ppid}{f' ({parent.comm})' if parent else ''}, session "
                 f"{proc.session} led by a child of {leader_parent if leader_parent is not None else 'a gone process'}"
-                f", not of {os.getpid()}")
+                f", not a command's of this run")
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SEC):
@@ -221,8 +224,8 @@ class VerifierWatch:
     """The tamper evidence of a sandbox's verifier runs (one or several, a multi-step task's rounds): `tamper` is
     {kind: detail} of the last run; `absent_tools` the VERIFIER_TOOLS its PATH lacked."""
 
-    def __init__(self, root_of: Callable[[], Root], path_env: str):
-        self._root_of, self.path_env = root_of, path_env
+    def __init__(self, root_of: Callable[[], Root], path_env: str, command_sessions: Callable[[int], list[int]]):
+        self._root_of, self.path_env, self._command_sessions = root_of, path_env, command_sessions
         self.tamper: dict[str, str] = {}
         self.absent_tools: list[str] = []
         self._tests: dict[str, bytes] = {}
@@ -282,7 +285,7 @@ class VerifierWatch:
             if changes:
                 self._note("shadowed_tools", changes)
             self.absent_tools = [t for t in VERIFIER_TOOLS if tools[f"RUNS:{t}"][0] is None]
-            self._procs = _ProcessWatch(root.init_pid)
+            self._procs = _ProcessWatch(root.init_pid, self._command_sessions)
 
     def _check_tests(self, root: Root, when: str) -> None:
         differ = [p for p, data in self._tests.items() if root.read(p, len(data) + 1) != data]

@@ -1,7 +1,7 @@
 """A task's tests run in a started local sandbox as Harbor runs them, with the tamper evidence, to a verdict.
 Runs in: any Python >= 3.11, standard library only; RL episodes (episodes/local.py) and the functional pivot reward.
 
-    watch = VerifierWatch(box.root, box.command_path())     # once the environment is built, before any agent command
+    watch = VerifierWatch(box.root, box.command_path(), box.command_sessions)  # once built, before any agent command
     ... the agent's commands ...
     verdict, output = run_tests(box, watch, task / "tests", timeout_sec, internet_declared)
 A sandbox that fails on the way raises (SandboxError, OSError) for the caller to name as infrastructure.

@@ -89,6 +89,9 @@ class BlockingSandbox:
     def command_path(self, env: dict[str, str] | None = None) -> str:
         return self.sandbox.command_path(env)
 
+    def command_sessions(self, since: int = 0) -> list[int]:
+        return self.sandbox.command_sessions(since)
+
     def network_mark(self) -> int:
         return self._call(self._on_loop(self.sandbox.network_mark))
 

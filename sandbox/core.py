@@ -154,6 +154,7 @@ class Sandbox:
         self._default_user: str | None = None  # the final USER of the image or the Dockerfile
         self._warned_users: set[str] = set()
         self._running: set[asyncio.subprocess.Process] = set()
+        self._spawned: list[int] = []  # the host pids of the enter helpers started, in order (command_sessions)
         self._report_r: int | None = None
         self._reading: asyncio.AbstractEventLoop | None = None
         self._asked = NamesAsked()
@@ -201,6 +202,13 @@ class Sandbox:
     def userland(self) -> str:
         """What the sandbox's programs are: ``host userland`` or ``image <rootfs>`` (for messages)."""
         return f"image {self.config.rootfs}" if self.config.rootfs else "host userland"
+
+    def command_sessions(self, since: int = 0) -> list[int]:
+        """The sessions of the commands run in the sandbox, from the ``since``-th on, in the order they started: each
+        command runs in the session its enter helper leads (a host pid), and so does whatever it leaves behind. A
+        mark for ``since``: ``len(command_sessions())``. Kept for the sandbox's life, as the helpers may be gone by
+        the time a session's processes are looked at (harbor_tasks/evidence.py)."""
+        return self._spawned[since:]
 
     # ------------------------------------------------------------------ names asked (network="none")
     def network_mark(self) -> int:
@@ -721,6 +729,7 @@ class Sandbox:
         finally:
             os.close(spec_fd)
         self._running.add(proc)
+        self._spawned.append(proc.pid)
         return proc
 
     async def _supervise(self, proc: asyncio.subprocess.Process, work, timeout: float | None):

@@ -114,3 +114,17 @@ def test_an_honest_agent_with_a_quiet_service_and_a_verifier_with_a_noisy_one_ar
     solve = (task / "solution" / "solve.sh").read_text().splitlines()[3:]
     reward, verdict, failure, stats = episode(noisy, ["nohup sleep 600 >/dev/null 2>&1 &", *solve])
     assert reward == 1.0 and not verdict.tamper and stats["tampered"] == 0, verdict
+
+
+def test_a_verifier_writer_first_seen_after_the_tests_command_ended_is_not_flagged(task, tmp_path, monkeypatch):
+    """The watch may first look only once the command that ran the tests has ended and been reaped (its samples late
+    under a loaded trainer; here, none until the end): what that command left writing is still the verifier's. Two
+    GRPO runs of 256 episodes each zeroed a passing episode this way, its test.sh and python3 named as outside."""
+    from harbor_tasks import evidence
+
+    monkeypatch.setattr(evidence, "SAMPLE_SEC", 60.0)
+    leaves = with_tests(task, tmp_path, (task / "tests" / "test.sh").read_text().replace(
+        "ok=1\n", "ok=1\n(echo tick >> /tmp/verifier.log; sleep 5) >/dev/null 2>&1 &\n", 1))
+    solve = (task / "solution" / "solve.sh").read_text().splitlines()[3:]
+    reward, verdict, failure, stats = episode(leaves, solve)
+    assert reward == 1.0 and not verdict.tamper and stats["tampered"] == 0, verdict
