@@ -10,6 +10,7 @@ Why and what bound holds where: docs/sandbox.md#what-is-isolated; the stop: docs
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import shutil
@@ -58,32 +59,45 @@ class Disk:
             self._fd = None
 
 
-class _AllBusy(OSError):
-    """Every free loop device the kernel offered was taken or still held (busy) when configured."""
+def _configure_free(ctl: int, image_fd: int) -> Disk | None:
+    """The device the kernel offers as free, bound to the image; None when it is busy (taken meanwhile, or still held)."""
+    n = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
+    try:
+        fd = os.open(f"/dev/loop{n}", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise OSError(f"/dev/loop{n} does not exist (no devtmpfs?)") from None
+    for flags in (LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO, LO_FLAGS_AUTOCLEAR):
+        info = struct.pack("=5Q4I64s64s32s2Q", 0, 0, 0, 0, 0, 0, 0, 0, flags, b"", b"", b"", 0, 0)
+        try:
+            fcntl.ioctl(fd, LOOP_CONFIGURE, struct.pack("=II", image_fd, 0) + info + bytes(64))
+            return Disk(f"/dev/loop{n}", fd)
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                break
+            if flags == LO_FLAGS_AUTOCLEAR:
+                os.close(fd)
+                raise
+    os.close(fd)
+    return None
 
 
-def _attach(image_fd: int) -> Disk:
+async def _attach(image_fd: int) -> Disk:
+    """The image on a free loop device. A busy one is asked for again at once (another process may take the free
+    device first), and after every 16 busy answers in a row after a growing pause: while sandboxes end beside this
+    one, as far as we can tell, the lowest unbound device is offered while its last mount is still going, and refuses
+    every try until it has gone; up to ``ATTACH_PATIENCE_SEC``."""
     ctl = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
     try:
-        for _ in range(16):  # another process may take the free device first
-            n = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
-            try:
-                fd = os.open(f"/dev/loop{n}", os.O_RDWR | os.O_CLOEXEC)
-            except FileNotFoundError:
-                raise OSError(f"/dev/loop{n} does not exist (no devtmpfs?)") from None
-            for flags in (LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO, LO_FLAGS_AUTOCLEAR):
-                info = struct.pack("=5Q4I64s64s32s2Q", 0, 0, 0, 0, 0, 0, 0, 0, flags, b"", b"", b"", 0, 0)
-                try:
-                    fcntl.ioctl(fd, LOOP_CONFIGURE, struct.pack("=II", image_fd, 0) + info + bytes(64))
-                    return Disk(f"/dev/loop{n}", fd)
-                except OSError as exc:
-                    if exc.errno == 16:  # EBUSY: taken meanwhile
-                        break
-                    if flags == LO_FLAGS_AUTOCLEAR:
-                        os.close(fd)
-                        raise
-            os.close(fd)
-        raise _AllBusy("no free loop device")
+        pause, deadline, busy = 0.005, time.monotonic() + ATTACH_PATIENCE_SEC, 0
+        while (disk := _configure_free(ctl, image_fd)) is None:
+            busy += 1
+            if busy % 16:
+                continue
+            if time.monotonic() >= deadline:
+                raise OSError(f"no free loop device (every one offered busy for {ATTACH_PATIENCE_SEC:g} s)")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        return disk
     finally:
         os.close(ctl)
 
@@ -114,24 +128,9 @@ async def make_disk(directory: str, size_mb: int) -> Disk:
             raise
         if proc.returncode != 0:
             raise OSError(f"{MKFS[0]} failed (exit {proc.returncode}): {out.decode(errors='replace').strip()[-500:]}")
-        return await _attach_patiently(image)
+        return await _attach(image)
     finally:
         os.close(image)  # the loop device holds the file now
-
-
-async def _attach_patiently(image_fd: int) -> Disk:
-    """``_attach``, again after a growing pause while every device it is offered is busy (seen while sandboxes end
-    beside this one: as far as we can tell, the lowest unbound device is offered while its last mount is still going,
-    and refuses every try until it has gone); up to ``ATTACH_PATIENCE_SEC``."""
-    pause, deadline = 0.005, time.monotonic() + ATTACH_PATIENCE_SEC
-    while True:
-        try:
-            return _attach(image_fd)
-        except _AllBusy:
-            if time.monotonic() >= deadline:
-                raise _AllBusy(f"no free loop device (every one offered busy for {ATTACH_PATIENCE_SEC:g} s)") from None
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.2)
 
 
 def shut_down(fd: int, rdev: int) -> bool:
