@@ -54,6 +54,28 @@ def terminus_action(step: dict) -> str:
                       indent=2, ensure_ascii=False)
 
 
+def agent_commands(trajectory: dict) -> list[str]:
+    """The commands an agent ran, in order: Terminus-2's keystrokes (stripped), the bash tool's `command`; a task marked
+    complete as `(task complete)`, any other call as `name(arguments)`."""
+    commands = []
+    for step in trajectory.get("steps") or []:
+        if not isinstance(step, dict) or step.get("source") != "agent":
+            continue
+        for call in step.get("tool_calls") or []:
+            arguments = call.get("arguments") or {} if isinstance(call, dict) else {}
+            if not isinstance(arguments, dict):
+                arguments = {}
+            for key in ("keystrokes", "command"):
+                if isinstance(arguments.get(key), str):
+                    commands.append(arguments[key].strip())
+                    break
+            else:
+                name = call.get("function_name") if isinstance(call, dict) else None
+                commands.append("(task complete)" if name == "mark_task_complete" else
+                                f"{name}({json.dumps(arguments, ensure_ascii=False)})")
+    return commands
+
+
 def trajectory_to_chat(trajectory: dict) -> dict:
     steps = trajectory.get("steps")
     if not isinstance(steps, list) or not steps:

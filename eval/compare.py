@@ -2,10 +2,12 @@
 Runs in: the training venv (matplotlib for the plot); reads the eval_results*.json files eval.run writes.
 
     python -m eval.compare DIR... [--out report.png] [--json] [--by_family]
+    python -m eval.compare CHECKPOINT_A CHECKPOINT_B --changes [--json]
 
 Each DIR is a run output dir or a checkpoint dir. `--json` prints the rows instead of the table; `--by_family`
-adds the mean reward per family of generated tasks. Exit status 2, with one line on stderr, when a DIR is missing
-or holds no eval results. More: docs/evaluation.md#comparing-runs-evalcomparepy.
+adds the mean reward per family of generated tasks; `--changes` lists, per suite both were scored on, the tasks whose
+score changed from A to B and the first command where their agents differ (eval/task_changes.py). Exit status 2, with
+one line on stderr, when a DIR is missing or holds no eval results. More: docs/evaluation.md#comparing-runs-evalcomparepy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from common.checkpoints import checkpoints, global_step, step_from_name
 from eval.results import RESULTS_FILE, RESULTS_GLOB
+from eval.task_changes import changes, format_changes
 
 RESULTS_STEM = Path(RESULTS_FILE).stem  # eval_results: a suite's file is eval_results_<suite>.json
 
@@ -279,6 +282,25 @@ def plot(rows: list[dict], out: str | Path) -> Path:
     return out
 
 
+def suite_changes(before: str, after: str) -> list[dict]:
+    """eval.task_changes.changes for each suite that both checkpoints (or result dirs) were scored on."""
+    results = []
+    for d in (before, after):
+        rows = collect([d])
+        by_suite = {}
+        for row in rows:
+            if row["suite"] in by_suite:
+                raise CompareError(f"{d}: more than one result for suite {row['suite']} (a run dir?): name a "
+                                   "checkpoint dir, e.g. DIR/checkpoint-N")
+            by_suite[row["suite"]] = Path(row["path"])
+        results.append(by_suite)
+    common = [suite for suite in results[0] if suite in results[1]]
+    if not common:
+        raise CompareError(f"{before} and {after}: no suite scored in both ({', '.join(results[0])} against "
+                           f"{', '.join(results[1])})")
+    return [changes(results[0][suite], results[1][suite]) for suite in common]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -286,7 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="report.png", help="PNG to write (default: report.png)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--by_family", action="store_true", help="also the mean reward per generated task family")
+    parser.add_argument("--changes", action="store_true",
+                        help="two DIRs: the tasks whose score changed from the first to the second, and where")
     args = parser.parse_args(argv)
+    if args.changes:
+        if len(args.dirs) != 2:
+            parser.error(f"--changes compares two checkpoint dirs, got {len(args.dirs)}")
+        try:
+            reports = suite_changes(*args.dirs)
+        except CompareError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if args.json:
+            json.dump(reports, sys.stdout, indent=2)
+            print()
+        else:
+            print("\n\n".join("\n".join(format_changes(report)) for report in reports))
+        return 0
     try:
         rows = collect(args.dirs)
     except CompareError as err:

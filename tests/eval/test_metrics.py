@@ -374,3 +374,58 @@ def test_job_iterates_as_its_trials():
     job = read_job(SINGLE)
     assert list(job) == job.trials and len(job) == 9 and job[0]["task"] == "alpha"
     assert M.compute_metrics(job) == job.metrics()  # single-step: no declared rounds involved
+
+
+def _scored_checkpoint(ckpt: Path, trials: dict[str, tuple[float | None, str | None]], edit=None) -> None:
+    """A checkpoint scored on a suite of data/harbor/sample-job's real Terminus-2 trials: task -> (reward, exception);
+    `edit(task, trajectory)` changes a trajectory before it is written."""
+    job = ckpt / "eval_jobs" / "suite-terminus-2-20261207"
+    sample = REPO / "data" / "harbor" / "sample-job"
+    tasks = []
+    for trial_dir in sorted(p for p in sample.iterdir() if p.is_dir()):
+        task = trial_dir.name.split("__")[0]
+        if task not in trials:
+            continue
+        trajectory = json.loads((trial_dir / "agent" / "trajectory.json").read_text())
+        if edit:
+            edit(task, trajectory)
+        (job / trial_dir.name / "agent").mkdir(parents=True)
+        (job / trial_dir.name / "agent" / "trajectory.json").write_text(json.dumps(trajectory))
+        reward, exception = trials[task]
+        tasks.append({"task": f"sample/{task}", "trial": trial_dir.name, "reward": reward, "exception": exception})
+    where_it_ran = ckpt.parent / "before-the-copy" / job.name  # the run was copied: its job is found beside the results
+    (ckpt / "eval_results.json").write_text(json.dumps({
+        "checkpoint": str(ckpt), "global_step": int(ckpt.name.split("-")[1]), "suite": "suite", "agent": "terminus-2",
+        "model": "m", "metrics": {"mean_reward": 0.5}, "tasks": tasks, "harbor_job_dir": str(where_it_ran)}))
+
+
+def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_differs(tmp_path, capsys):
+    def mistype(task, trajectory):  # the third command of csv-pipeline with another field count
+        if task == "csv-pipeline":
+            calls = [c for s in trajectory["steps"] if s.get("source") == "agent" for c in s.get("tool_calls") or []
+                     if "keystrokes" in (c.get("arguments") or {})]
+            calls[1]["arguments"]["keystrokes"] = calls[1]["arguments"]["keystrokes"].replace("NF!=7", "NF!=5")
+
+    before, after = tmp_path / "run" / "checkpoint-0", tmp_path / "run" / "checkpoint-8"
+    _scored_checkpoint(before, {"csv-pipeline": (1.0, None), "nginx-config": (0.0, "AgentTimeoutError"),
+                                "make-link-error": (1.0, None)})
+    _scored_checkpoint(after, {"csv-pipeline": (0.0, None), "nginx-config": (1.0, None),
+                               "make-link-error": (1.0, None)}, edit=mistype)
+    assert compare.main([str(before), str(after), "--changes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("1 lost, 1 gained, 1 unchanged (of 3 tasks in both)"), out
+    assert out[1].startswith("  lost   csv-pipeline: 1 -> 0; action 2: awk -F',' 'NF!=7 {print"), out
+    assert "->  awk -F',' 'NF!=5 {print" in out[1], out
+    assert out[2] == "  gained nginx-config: 0 (AgentTimeoutError) -> 1; the same commands", out
+
+    assert compare.main([str(before), str(after), "--changes", "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    lost = report["changed"][0]
+    assert (lost["task"], lost["difference"]["index"]) == ("csv-pipeline", 1)
+    assert "NF!=5" in lost["difference"]["to"] and "NF!=7" in lost["difference"]["from"]
+
+    # a run dir holds a result per checkpoint: which one is meant must be named
+    assert compare.main([str(tmp_path / "run"), str(after), "--changes"]) == 2
+    assert "name a checkpoint dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main([str(before), str(after), str(after), "--changes"])
