@@ -30,7 +30,8 @@ def _trials(path: Path) -> dict[str, dict]:
 
 
 def _round_number(path: Path) -> int:
-    return int(path.parent.parent.name.removeprefix("round-") or 0)
+    number = path.parent.parent.name.removeprefix("round-")
+    return int(number) if number.isdigit() else 0
 
 
 def trial_commands(entry: dict) -> list[str] | None:
@@ -68,21 +69,28 @@ def first_difference(a: list[str] | None, b: list[str] | None) -> dict:
     return {"index": index, "from": a[index] if index < len(a) else None, "to": b[index] if index < len(b) else None}
 
 
+def direction(before, after) -> str:
+    """"lost" (the reward fell), "gained" (it rose), or "unscored" (one side was not scored: an infrastructure failure)."""
+    if before is None or after is None:
+        return "unscored"
+    return "lost" if after < before else "gained"
+
+
 def changes(before: Path, after: Path) -> dict:
-    """{"before", "after", "tasks_in_both", "lost", "gained", "changed": [{"task", "from", "to", "exceptions",
-    "difference"}]} between two results files of one suite; a reward that fell is lost, one that rose gained."""
+    """{"before", "after", "tasks_in_both", "lost", "gained", "unscored", "changed": [{"task", "direction", "from",
+    "to", "exceptions", "difference"}]} between two results files of one suite."""
     a, b = _trials(before), _trials(after)
     rows = []
     for task in sorted(set(a) & set(b)):
         ra, rb = a[task].get("reward"), b[task].get("reward")
         if ra == rb:
             continue
-        rows.append({"task": task, "from": ra, "to": rb,
+        rows.append({"task": task, "direction": direction(ra, rb), "from": ra, "to": rb,
                      "exceptions": [a[task].get("exception"), b[task].get("exception")],
                      "difference": first_difference(trial_commands(a[task]), trial_commands(b[task]))})
-    lost = sum(1 for r in rows if (r["to"] or 0) < (r["from"] or 0))
-    return {"before": str(before), "after": str(after), "tasks_in_both": len(set(a) & set(b)), "lost": lost,
-            "gained": len(rows) - lost, "changed": rows}
+    count = {kind: sum(1 for r in rows if r["direction"] == kind) for kind in ("lost", "gained", "unscored")}
+    return {"before": str(before), "after": str(after), "tasks_in_both": len(set(a) & set(b)), **count,
+            "changed": rows}
 
 
 def _score(reward) -> str:
@@ -108,11 +116,12 @@ def _pair(a: str | None, b: str | None) -> tuple[str, str]:
 
 def format_changes(report: dict) -> list[str]:
     """The lines `eval.compare --changes` prints for one suite."""
-    lines = [f"{report['before']} -> {report['after']}: {report['lost']} lost, {report['gained']} gained, "
+    unscored = f", {report['unscored']} scored on one side only" if report["unscored"] else ""
+    lines = [f"{report['before']} -> {report['after']}: {report['lost']} lost, {report['gained']} gained{unscored}, "
              f"{report['tasks_in_both'] - len(report['changed'])} unchanged (of {report['tasks_in_both']} tasks in both)"]
     for row in report["changed"]:
         exc = [f" ({e})" if e else "" for e in row["exceptions"]]
-        what = "lost  " if (row["to"] or 0) < (row["from"] or 0) else "gained"
+        what = f"{row['direction']:<6}"
         diff = row["difference"]
         if not diff:
             where = "a trajectory is missing"

@@ -408,15 +408,18 @@ def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_d
 
     before, after = tmp_path / "run" / "checkpoint-0", tmp_path / "run" / "checkpoint-8"
     _scored_checkpoint(before, {"csv-pipeline": (1.0, None), "nginx-config": (0.0, "AgentTimeoutError"),
-                                "make-link-error": (1.0, None)})
+                                "make-link-error": (1.0, None), "git-move-commits": (None, "EnvironmentStartTimeoutError")})
     _scored_checkpoint(after, {"csv-pipeline": (0.0, None), "nginx-config": (1.0, None),
-                               "make-link-error": (1.0, None)}, edit=mistype)
+                               "make-link-error": (1.0, None), "git-move-commits": (0.0, None)}, edit=mistype)
     assert compare.main([str(before), str(after), "--changes"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("1 lost, 1 gained, 1 unchanged (of 3 tasks in both)"), out
+    assert out[0].endswith("1 lost, 1 gained, 1 scored on one side only, 1 unchanged (of 4 tasks in both)"), out
     assert out[1].startswith("  lost   csv-pipeline: 1 -> 0; action 2: awk -F',' 'NF!=7 {print"), out
     assert "->  awk -F',' 'NF!=5 {print" in out[1], out
-    assert out[2] == "  gained nginx-config: 0 (AgentTimeoutError) -> 1; the same commands", out
+    # an infrastructure failure on one side is neither a loss nor a gain
+    assert out[2] == ("  unscored git-move-commits: not scored (EnvironmentStartTimeoutError) -> 0; the same "
+                      "commands"), out
+    assert out[3] == "  gained nginx-config: 0 (AgentTimeoutError) -> 1; the same commands", out
 
     assert compare.main([str(before), str(after), "--changes", "--json"]) == 0
     [report] = json.loads(capsys.readouterr().out)
