@@ -6,7 +6,8 @@ DeepSpeed builds some of its C++ ops on first use (on CPU, `deepspeed_shm_comm` 
 where that is set) while it compiles and, when it finds the file there, waits until it is gone, without a limit. A run killed while compiling (SIGTERM, SIGKILL, a test's or a
 scheduler's timeout) leaves the file, and from then on every launch waits forever before its first step, printing
 nothing. Torch's lock records no owner, so it is written here by hand: a lock that no process on this machine holds open,
-twice, half a second apart (a build holds it open from creating it to just before removing it), is stale.
+twice, half a second apart (a build holds it open from creating it to just before removing it), is stale; only an
+empty `lock` in a folder of nothing but build files is taken for torch's.
 
 Launches over several machines are left alone: there a build on another machine that shares the folder would look
 stale from here. Give each machine a folder of its own (`TORCH_EXTENSIONS_DIR` on local disk) there.
@@ -20,6 +21,9 @@ import time
 from pathlib import Path
 
 SECOND_LOOK_SEC = 0.5  # a build removes its lock microseconds after closing it: half a second tells it from a stale one
+# what torch's build writes in an op's folder: a folder holding anything else is not taken for one (TORCH_EXTENSIONS_DIR
+# may name a folder that other programs use too)
+BUILD_FILES = ("lock", "build.ninja", ".ninja_deps", ".ninja_log", "*.o", "*.so", "*.cu", "*.cpp", "*.hip")
 
 
 def ops_folder() -> Path:
@@ -60,6 +64,15 @@ def _holders(lock: Path) -> list[int]:
     return pids
 
 
+def _is_build_lock(lock: Path) -> bool:
+    """An empty `lock` (torch's baton writes nothing) in a folder holding only what torch's build writes."""
+    try:
+        return lock.stat().st_size == 0 and all(any(entry.match(pattern) for pattern in BUILD_FILES)
+                                                for entry in lock.parent.iterdir())
+    except OSError:
+        return False
+
+
 def _unheld(folder: Path) -> dict[Path, int]:
     """The build locks under `folder` that no process holds open, with their inode numbers."""
     found = {}
@@ -68,7 +81,7 @@ def _unheld(folder: Path) -> dict[Path, int]:
             inode = lock.stat().st_ino
         except FileNotFoundError:
             continue
-        if not _holders(lock.resolve()):
+        if _is_build_lock(lock) and not _holders(lock.resolve()):
             found[lock] = inode
     return found
 

@@ -64,6 +64,19 @@ def test_a_lock_a_new_build_made_between_the_two_looks_is_kept(tmp_path, monkeyp
         thread.join()
 
 
+def test_a_lock_that_is_not_a_torch_builds_is_kept(tmp_path):
+    """TORCH_EXTENSIONS_DIR may name a folder other programs use: only an empty lock beside build files is torch's."""
+    other = plant_lock(tmp_path, "some-service")
+    (other.parent / "service.pid").write_text("4242\n")
+    written = plant_lock(tmp_path, "another")
+    written.write_text("held by pid 4242\n")
+    built = plant_lock(tmp_path)
+    for name in ("build.ninja", ".ninja_log", "shm.o", "deepspeed_shm_comm.so"):
+        (built.parent / name).write_text("")
+    assert clear_stale_build_locks(tmp_path) == [built]
+    assert other.exists() and written.exists()
+
+
 def test_launches_over_several_machines_are_left_alone(tmp_path, monkeypatch):
     lock = plant_lock(tmp_path)
     monkeypatch.setenv("WORLD_SIZE", "16")
