@@ -3,9 +3,9 @@ Runs in: the training venv (torch, for its extensions folder); every training re
 
 DeepSpeed builds some of its C++ ops on first use (on CPU, `deepspeed_shm_comm` at every launch's start) through torch's
 `cpp_extension.load`, which holds `<extensions folder>/<python>_<device>/<op>/lock` (`$TORCH_EXTENSIONS_DIR/<op>/lock`
-where that is set) while it compiles and, when it finds the file there, waits until it is gone, without a limit. A run killed while compiling (SIGTERM, SIGKILL, a test's or a
-scheduler's timeout) leaves the file, and from then on every launch waits forever before its first step, printing
-nothing. Torch's lock records no owner, so it is written here by hand: a lock that no process on this machine holds open,
+where that is set) while it compiles and, when it finds the file there, waits until it is gone, without a limit. A
+run killed while compiling (SIGTERM, SIGKILL, a test's or a scheduler's timeout) leaves the file, and from then on
+every launch waits forever before its first step, printing nothing. Torch's lock records no owner, so it is written here by hand: a lock that no process on this machine holds open,
 twice, half a second apart (a build holds it open from creating it to just before removing it), is stale; only an
 empty `lock` in a folder of nothing but build files is taken for torch's.
 
