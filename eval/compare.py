@@ -283,7 +283,8 @@ def plot(rows: list[dict], out: str | Path) -> Path:
 
 
 def suite_changes(before: str, after: str) -> list[dict]:
-    """eval.task_changes.changes for each suite that both checkpoints (or result dirs) were scored on."""
+    """eval.task_changes.changes for each suite that both checkpoints (or result dirs) were scored on: the same suite,
+    else suites of the same folder name (each run's copy of one suite)."""
     results = []
     for d in (before, after):
         rows = collect([d])
@@ -294,11 +295,14 @@ def suite_changes(before: str, after: str) -> list[dict]:
                                    "checkpoint dir, e.g. DIR/checkpoint-N")
             by_suite[row["suite"]] = Path(row["path"])
         results.append(by_suite)
-    common = [suite for suite in results[0] if suite in results[1]]
-    if not common:
+    pairs = [(results[0][suite], results[1][suite]) for suite in results[0] if suite in results[1]]
+    if not pairs:  # two runs, each scored on its own copy of a suite (outputs/run-a/heldout, outputs/run-b/heldout)
+        by_name = [{Path(suite).name: path for suite, path in r.items()} for r in results]
+        pairs = [(by_name[0][name], by_name[1][name]) for name in by_name[0] if name in by_name[1]]
+    if not pairs:
         raise CompareError(f"{before} and {after}: no suite scored in both ({', '.join(results[0])} against "
                            f"{', '.join(results[1])})")
-    return [changes(results[0][suite], results[1][suite]) for suite in common]
+    return [changes(a, b) for a, b in pairs]
 
 
 def main(argv: list[str] | None = None) -> int:

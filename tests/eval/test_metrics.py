@@ -432,3 +432,10 @@ def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_d
     assert "name a checkpoint dir" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.main([str(before), str(after), str(after), "--changes"])
+
+    # two runs, each scored on its own copy of the suite: matched by the suite's folder name
+    for ckpt, suite in ((before, "outputs/run-a/heldout"), (after, "outputs/run-b/heldout")):
+        data = json.loads((ckpt / "eval_results.json").read_text())
+        (ckpt / "eval_results.json").write_text(json.dumps({**data, "suite": suite}))
+    assert compare.main([str(before), str(after), "--changes"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == out[1:]
