@@ -62,7 +62,7 @@ def agent_commands(trajectory: dict) -> list[str]:
         if not isinstance(step, dict) or step.get("source") != "agent":
             continue
         for call in step.get("tool_calls") or []:
-            arguments = call.get("arguments") or {} if isinstance(call, dict) else {}
+            arguments = (call.get("arguments") or {}) if isinstance(call, dict) else {}
             if not isinstance(arguments, dict):
                 arguments = {}
             for key in ("keystrokes", "command"):
