@@ -5,9 +5,10 @@ DeepSpeed builds some of its C++ ops on first use (on CPU, `deepspeed_shm_comm` 
 `cpp_extension.load`, which holds `<extensions folder>/<python>_<device>/<op>/lock` (`$TORCH_EXTENSIONS_DIR/<op>/lock`
 where that is set) while it compiles and, when it finds the file there, waits until it is gone, without a limit. A
 run killed while compiling (SIGTERM, SIGKILL, a test's or a scheduler's timeout) leaves the file, and from then on
-every launch waits forever before its first step, printing nothing. Torch's lock records no owner, so it is written here by hand: a lock that no process on this machine holds open,
-twice, half a second apart (a build holds it open from creating it to just before removing it), is stale; only an
-empty `lock` in a folder of nothing but build files is taken for torch's.
+every launch waits forever before its first step, printing nothing. Torch's lock records no owner, so it is written
+here by hand: a lock that no process on this machine holds open, twice, half a second apart (a build holds it open
+from creating it to just before removing it), is stale; only an empty `lock` in a folder of nothing but build files
+is taken for torch's.
 
 Launches over several machines are left alone: there a build on another machine that shares the folder would look
 stale from here. Give each machine a folder of its own (`TORCH_EXTENSIONS_DIR` on local disk) there.
@@ -44,9 +45,9 @@ def ops_folder() -> Path:
     return Path(get_default_build_root()) / f"{python}_{device}"
 
 
-def _holders(lock: Path) -> list[int]:
-    """The pids of this machine's processes (those we may inspect) that have `lock` open."""
-    target, pids = str(lock), []
+def _open_paths() -> set[str]:
+    """The paths this machine's processes (those we may inspect) have open, in one pass over /proc."""
+    paths = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -56,12 +57,10 @@ def _holders(lock: Path) -> list[int]:
             continue
         for fd in fds:
             try:
-                if os.readlink(fd) == target:
-                    pids.append(int(proc.name))
-                    break
+                paths.add(os.readlink(fd))
             except OSError:
                 continue
-    return pids
+    return paths
 
 
 def _is_build_lock(lock: Path) -> bool:
@@ -75,15 +74,15 @@ def _is_build_lock(lock: Path) -> bool:
 
 def _unheld(folder: Path) -> dict[Path, int]:
     """The build locks under `folder` that no process holds open, with their inode numbers."""
-    found = {}
+    locks = {}
     for lock in folder.glob("*/lock"):
         try:
-            inode = lock.stat().st_ino
+            locks[lock] = lock.stat().st_ino
         except FileNotFoundError:
             continue
-        if _is_build_lock(lock) and not _holders(lock.resolve()):
-            found[lock] = inode
-    return found
+    locks = {lock: inode for lock, inode in locks.items() if _is_build_lock(lock)}
+    held = _open_paths() if locks else set()
+    return {lock: inode for lock, inode in locks.items() if str(lock.resolve()) not in held}
 
 
 def clear_stale_build_locks(folder: Path | None = None) -> list[Path]:

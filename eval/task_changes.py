@@ -42,7 +42,8 @@ def trial_commands(entry: dict) -> list[str] | None:
     if not trial:
         return None
     results = Path(entry["_results"])
-    places = ([Path(entry["_job"]) / trial] if entry["_job"] else []) + sorted(results.parent.glob(f"eval_jobs/*/{trial}"))
+    places = (([Path(entry["_job"]) / trial] if entry["_job"] else [])
+              + sorted(results.parent.glob(f"eval_jobs/*/{trial}")))
     for place in places:
         paths = [place / "agent" / "trajectory.json"]
         if not paths[0].is_file():
@@ -70,7 +71,8 @@ def first_difference(a: list[str] | None, b: list[str] | None) -> dict:
 
 
 def direction(before, after) -> str:
-    """"lost" (the reward fell), "gained" (it rose), or "unscored" (one side was not scored: an infrastructure failure)."""
+    """"lost" (the reward fell), "gained" (it rose), or "unscored" (one side was not scored: an infrastructure
+    failure)."""
     if before is None or after is None:
         return "unscored"
     return "lost" if after < before else "gained"
@@ -117,8 +119,9 @@ def _pair(a: str | None, b: str | None) -> tuple[str, str]:
 def format_changes(report: dict) -> list[str]:
     """The lines `eval.compare --changes` prints for one suite."""
     unscored = f", {report['unscored']} scored on one side only" if report["unscored"] else ""
+    unchanged = report["tasks_in_both"] - len(report["changed"])
     lines = [f"{report['before']} -> {report['after']}: {report['lost']} lost, {report['gained']} gained{unscored}, "
-             f"{report['tasks_in_both'] - len(report['changed'])} unchanged (of {report['tasks_in_both']} tasks in both)"]
+             f"{unchanged} unchanged (of {report['tasks_in_both']} tasks in both)"]
     for row in report["changed"]:
         exc = [f" ({e})" if e else "" for e in row["exceptions"]]
         what = f"{row['direction']:<6}"

@@ -60,7 +60,8 @@ class Disk:
 
 
 def _configure_free(ctl: int, image_fd: int) -> Disk | None:
-    """The device the kernel offers as free, bound to the image; None when it is busy (taken meanwhile, or still held)."""
+    """The device the kernel offers as free, bound to the image; None when it is busy (taken meanwhile, or still
+    held)."""
     n = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
     try:
         fd = os.open(f"/dev/loop{n}", os.O_RDWR | os.O_CLOEXEC)

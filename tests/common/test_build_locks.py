@@ -1,4 +1,5 @@
-"""Stale build locks of torch extensions: a run killed while DeepSpeed compiled an op must not hang every later start."""
+"""Stale build locks of torch extensions: a run killed while DeepSpeed compiled an op must not hang every later
+start."""
 
 import os
 import shutil
@@ -36,7 +37,7 @@ def test_a_lock_a_running_build_holds_is_kept(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", f"f = open({str(lock)!r}); import time; time.sleep(60)"])
     try:
         deadline = time.monotonic() + 20
-        while not build_locks._holders(lock.resolve()) and time.monotonic() < deadline:
+        while str(lock.resolve()) not in build_locks._open_paths() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert clear_stale_build_locks(tmp_path) == []
         assert lock.exists()
