@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+from contextlib import contextmanager
 import threading
 import time
 import weakref
@@ -35,6 +36,11 @@ from sandbox import BlockingSandbox, SandboxConfig, SandboxError
 from sandbox.errors import SandboxExecTimeoutError
 
 LIMIT_OUTCOMES = ("zero", "mask")
+# what episode_wall_sec counts: "environment", the seconds the episode's calls took in its sandbox (commands, their
+# waits, tmux), not the seconds it waited for the policy's next turn (which grow with the trainer's batch and hardware:
+# 64 Terminus-2 episodes at once on 2 CPU cores had 43% of them cut mid-task by the wall); "wall", every second since
+# its sandbox started (as Harbor's agent timeout counts)
+EPISODE_CLOCKS = ("environment", "wall")
 TAMPER_OUTCOMES = ("zero", "mask")  # an episode with tamper evidence (harbor_tasks.verdict.TAMPER_KINDS)
 TAMPERED = "tampered"                # its kind among the not-scored ones, under tamper_outcome "mask"
 # what the policy reads when its sandbox is gone (here, or on an episode server: episodes/remote.py)
@@ -51,6 +57,7 @@ class EpisodeLimits:
 
     command_timeout_sec: float = DEFAULT_COMMAND_TIMEOUT_SEC  # one bash call (common/bash_harness.py's default)
     episode_wall_sec: float = 300.0        # the whole episode; later calls are refused and the episode ends
+    episode_clock: str = "environment"     # what episode_wall_sec counts: EPISODE_CLOCKS
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS  # of one call's output returned to the model (head and tail)
     limit_outcome: str = "zero"            # an episode ended by episode_wall_sec: "zero" (scored 0) or "mask"
     tamper_outcome: str = "zero"           # one whose agent touched the verifier's run: "zero" (scored 0) or "mask"
@@ -60,6 +67,8 @@ class EpisodeLimits:
     def __post_init__(self):
         if self.limit_outcome not in LIMIT_OUTCOMES:
             raise ValueError(f"limit_outcome {self.limit_outcome!r}: one of {', '.join(LIMIT_OUTCOMES)}")
+        if self.episode_clock not in EPISODE_CLOCKS:
+            raise ValueError(f"episode_clock {self.episode_clock!r}: one of {', '.join(EPISODE_CLOCKS)}")
         if self.tamper_outcome not in TAMPER_OUTCOMES:
             raise ValueError(f"tamper_outcome {self.tamper_outcome!r}: one of {', '.join(TAMPER_OUTCOMES)}")
         for key in ("command_timeout_sec", "episode_wall_sec", "max_output_chars", "memory_mb", "storage_mb"):
@@ -165,6 +174,8 @@ class SandboxEpisode:
         self._unscored: tuple[str, str] | None = None  # (kind, detail) of an episode that is not scored
         self._limited = False
         self._started = 0.0
+        self._spent = 0.0                   # seconds of the episode's finished calls (episode_clock "environment")
+        self._call_started: float | None = None
         self._result: float | None = None
         self._verified = False
         self._verdict: Verdict | None = None
@@ -177,6 +188,7 @@ class SandboxEpisode:
         """Start the episode of the row's task: a fresh sandbox with the task's Dockerfile replayed."""
         self._close()
         self._task, self._failure, self._unscored, self._limited = Path(row["task_dir"]), None, None, False
+        self._spent, self._call_started = 0.0, None
         self._result, self._verified, self._killed_by_agent, self._verdict = None, False, False, None
         self._stats.add(episodes=1)
         if self._background_start:
@@ -200,7 +212,7 @@ class SandboxEpisode:
         task = TaskFolder.of(self._task)
         config = SandboxConfig(environment_dir=task.environment_dir, workdir=task.workdir, build_args=task.build_args,
                                memory_mb=self._limits.memory_mb, storage_mb=self._limits.storage_mb,
-                               wall_sec=self._limits.episode_wall_sec + WALL_GRACE_SEC,
+                               wall_sec=self._sandbox_lifetime(),
                                max_output_bytes=self._max_output_bytes)
         box = BlockingSandbox(config)
         try:
@@ -214,6 +226,36 @@ class SandboxEpisode:
         self._box, self._watch = box, watch
         self._started = time.monotonic()
         self._stats.start_seconds.append(self._started - started)
+
+    def _sandbox_lifetime(self) -> float:
+        """How long the sandbox may live: episode_wall_sec and the grace on the wall clock; on the environment clock
+        the policy's turns take what they take, so SandboxConfig's default (a net for a trainer that hangs: the
+        sandbox also dies with the process that started it)."""
+        if self._limits.episode_clock == "wall":
+            return self._limits.episode_wall_sec + WALL_GRACE_SEC
+        return max(SandboxConfig.wall_sec, self._limits.episode_wall_sec + WALL_GRACE_SEC)
+
+    def _elapsed(self) -> float:
+        """The seconds episode_wall_sec is held against: on the environment clock the finished calls' and the
+        running call's; on the wall clock all since the sandbox started."""
+        now = time.monotonic()
+        if self._limits.episode_clock == "wall":
+            return now - self._started
+        return self._spent + (now - self._call_started if self._call_started is not None else 0.0)
+
+    def _left(self) -> float:
+        return self._limits.episode_wall_sec - self._elapsed()
+
+    @contextmanager
+    def _call(self):
+        """One call of the policy's into the sandbox (a bash call, a Terminus-2 turn): its seconds count on the
+        environment clock."""
+        self._call_started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._spent += time.monotonic() - self._call_started
+            self._call_started = None
 
     def _prepare(self, box: BlockingSandbox) -> None:
         """The harness's own setup in a started sandbox, before the verifier's paths are recorded (none here)."""
@@ -324,16 +366,17 @@ class TaskEnvironment(SandboxEpisode):
         self._ready()
         if self._box is None:
             return NOT_RUNNING
-        left = self._limits.episode_wall_sec - (time.monotonic() - self._started)
+        left = self._left()
         if left <= 0:
             self._limited = True
             return "error: the episode's time limit is reached; no more commands run"
         self._stats.add(tool_calls=1)
         try:
-            result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
+            with self._call():
+                result = self._box.exec(command, timeout_sec=min(self._limits.command_timeout_sec, left))
         except SandboxExecTimeoutError:
             self._stats.add(tool_errors=1)
-            if time.monotonic() - self._started >= self._limits.episode_wall_sec:
+            if self._left() <= 0:
                 self._limited = True
             return timeout_message(min(self._limits.command_timeout_sec, left))
         except SandboxError as err:

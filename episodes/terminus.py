@@ -58,9 +58,6 @@ class TerminusEnvironment(SandboxEpisode):
         if result.return_code != 0:
             raise SandboxError(f"making {LOG_DIRS} failed: {result.stderr.strip()}")
 
-    def _left(self) -> float:
-        return self._limits.episode_wall_sec - (time.monotonic() - self._started)
-
     def _tmux(self, command: str) -> tuple[int, str, str]:
         """A tmux call in the sandbox as the task's default user (as Harbor's agent runs them), time-bounded."""
         result = self._box.exec(command, timeout_sec=max(min(TMUX_CALL_SEC, self._left()), 0.05))
@@ -68,7 +65,16 @@ class TerminusEnvironment(SandboxEpisode):
 
     # --- the turns: what terminus_first_message and terminus_step (below) call ---------------------------------
     def _first_message(self) -> str:
+        self._ready()  # the sandbox's start is not the episode's time on either clock
+        with self._call():
+            return self._first_screen()
+
+    def _step(self, response_text: str) -> TerminusTurn:
         self._ready()
+        with self._call():
+            return self._turn(response_text)
+
+    def _first_screen(self) -> str:
         instruction = shown_instruction(TaskFolder.of(self._task).instruction)
         if self._box is None:
             self._over = True
@@ -91,8 +97,7 @@ class TerminusEnvironment(SandboxEpisode):
         self._screen = screen
         return first_message(instruction, state)
 
-    def _step(self, response_text: str) -> TerminusTurn:
-        self._ready()
+    def _turn(self, response_text: str) -> TerminusTurn:
         if self._over or self._box is None or self._screen is None:
             self._over = True
             return TerminusTurn(SANDBOX_FAILED if self._failure else NOT_RUNNING, True)

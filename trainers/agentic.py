@@ -67,6 +67,10 @@ class AgenticTaskArguments:
     # the episode limits: EpisodeLimits's defaults (episodes/local.py), one definition
     command_timeout_sec: float = _LIMITS.command_timeout_sec
     episode_wall_sec: float = _LIMITS.episode_wall_sec
+    episode_clock: str = field(default=_LIMITS.episode_clock, metadata={
+        "help": "what episode_wall_sec counts: environment (the seconds of the episode's commands and screens in its "
+                "sandbox, not those it waits for the policy's next turn) | wall (every second since its sandbox "
+                "started, the policy's generation included, as Harbor's agent timeout)"})
     max_output_chars: int = _LIMITS.max_output_chars
     limit_outcome: str = field(default=_LIMITS.limit_outcome, metadata={
         "help": "an episode ended by episode_wall_sec: zero | mask"})
@@ -112,6 +116,7 @@ class AgenticTaskArguments:
     def limits(self) -> EpisodeLimits:
         try:
             return EpisodeLimits(command_timeout_sec=self.command_timeout_sec, episode_wall_sec=self.episode_wall_sec,
+                                 episode_clock=self.episode_clock,
                                  max_output_chars=self.max_output_chars, limit_outcome=self.limit_outcome,
                                  tamper_outcome=self.tamper_outcome, memory_mb=self.sandbox_memory_mb)
         except ValueError as err:

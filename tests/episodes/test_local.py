@@ -139,7 +139,8 @@ def test_a_verifier_that_timed_out_or_wrote_no_reward_is_an_agent_failure_scored
 
 def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
     stats = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(max_output_chars=300, command_timeout_sec=1, episode_wall_sec=4), stats)
+    env = TaskEnvironment(EpisodeLimits(max_output_chars=300, command_timeout_sec=1, episode_wall_sec=4,
+                                        episode_clock="wall"), stats)
     env.reset(task_dir=str(tasks["write-value"]))
     long = env.bash("seq 1 5000")
     assert len(long) < 400 and long.startswith("1\n2\n") and long.rstrip().endswith("5000") and "cut" in long
@@ -152,11 +153,28 @@ def test_limits_cut_output_kill_slow_commands_and_end_the_episode(tasks):
     assert summary["tool_calls"] == 3 and summary["tool_errors"] == 2 and summary["ended_by_limit"] == 1
 
     masked = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(episode_wall_sec=0.5, limit_outcome="mask"), masked)
+    env = TaskEnvironment(EpisodeLimits(episode_wall_sec=0.5, limit_outcome="mask", episode_clock="wall"), masked)
     env.reset(task_dir=str(tasks["write-value"]))
     time.sleep(0.6)
     assert "time limit" in env.bash("ls")
     assert episode_reward(env) is None and masked.as_dict()["masked_by_kind"] == {"episode_wall_sec": 1}
+
+
+def test_on_the_environment_clock_only_the_sandbox_s_seconds_count(tasks):
+    """The default clock: the seconds between calls (the policy writing its next turn, a batch generating) are not
+    the episode's, so a slow trainer does not cut its episodes; its commands' seconds still end it."""
+    stats = EpisodeStats()
+    env = TaskEnvironment(EpisodeLimits(command_timeout_sec=1, episode_wall_sec=2.5), stats)
+    env.reset(task_dir=str(tasks["write-value"]))
+    assert "killed" in env.bash("sleep 5")    # about 1 s of the 2.5
+    time.sleep(3)                              # the policy thinking: on the wall clock the episode would be over
+    assert "README.txt" in env.bash("ls")
+    assert "killed" in env.bash("sleep 5")    # about 2 s
+    started = time.monotonic()
+    assert "killed" in env.bash("sleep 5")    # cut at what is left, well under the command's 1 s
+    assert time.monotonic() - started < 0.9
+    assert "time limit" in env.bash("ls")
+    assert episode_reward(env) == 0.0 and stats.ended_by_limit == 1
 
 
 def test_bad_limits_are_refused():
@@ -164,6 +182,8 @@ def test_bad_limits_are_refused():
         EpisodeLimits(limit_outcome="skip")
     with pytest.raises(ValueError, match="episode_wall_sec"):
         EpisodeLimits(episode_wall_sec=0)
+    with pytest.raises(ValueError, match="episode_clock 'cpu': one of environment, wall"):
+        EpisodeLimits(episode_clock="cpu")
 
 
 # a sleep no other test starts (the other worker's tests run `sleep 600` in their own sandboxes at the same time)

@@ -289,6 +289,9 @@ def test_limits_over_the_servers_caps_are_refused_naming_the_key_and_the_cap(roo
                                           f"({flag}); ask for less, or start the server with a larger {flag}")
     assert caps == {"command_timeout_sec": 1800.0, "episode_wall_sec": 7200.0, "max_output_chars": 65536,
                     "memory_mb": 16384, "storage_mb": 32768}
+    reply = httpx.post(f"{server}/seed_session", json={"task_id": "write-value-5-0", "limits": {"episode_clock": "cpu"}},
+                       timeout=60)
+    assert reply.status_code == 422 and "episode_clock 'cpu': one of environment, wall" in reply.json()["detail"]
     # the trainer side: a run asking for more than its servers allow stops with that line
     with pytest.raises(ConfigError, match=r"limits\.storage_mb: .* --max_storage_mb"):
         reset(remote(server, limits=EpisodeLimits(storage_mb=5 << 20)), root / "write-value-5-0")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from common.checkpoints import state_is_complete
 from conftest import REPO, chat_row, run, sft_command, write_jsonl
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
@@ -94,7 +95,8 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, small_corpus):
     process = subprocess.Popen(sft_command(*args, "--output_dir", str(broken)), cwd=REPO, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
-    while not (broken / "checkpoint-4" / "trainer_state.json").exists():
+    # complete, not only there: a kill while the Trainer writes it leaves it cut short, and the resume rightly skips it
+    while not state_is_complete(broken / "checkpoint-4"):
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
