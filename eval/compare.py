@@ -2,7 +2,7 @@
 Runs in: the training venv (matplotlib for the plot); reads the eval_results*.json files eval.run writes.
 
     python -m eval.compare DIR... [--out report.png] [--json] [--by_family]
-    python -m eval.compare CHECKPOINT_A CHECKPOINT_B --changes [--json]
+    python -m eval.compare CHECKPOINT_A CHECKPOINT_B --changes [--json]   # either may be one eval_results*.json
 
 Each DIR is a run output dir or a checkpoint dir. `--json` prints the rows instead of the table; `--by_family`
 adds the mean reward per family of generated tasks; `--changes` lists, per suite both were scored on, the tasks whose
@@ -287,12 +287,16 @@ def suite_changes(before: str, after: str) -> list[dict]:
     else suites of the same folder name (each run's copy of one suite)."""
     results = []
     for d in (before, after):
+        if Path(d).is_file():  # one results file: a checkpoint scored more than once on a suite (other settings)
+            results.append({str(_load(Path(d)).get("suite") or "?"): Path(d)})
+            continue
         rows = collect([d])
         by_suite = {}
         for row in rows:
             if row["suite"] in by_suite:
-                raise CompareError(f"{d}: more than one result for suite {row['suite']} (a run dir?): name a "
-                                   "checkpoint dir, e.g. DIR/checkpoint-N")
+                raise CompareError(f"{d}: more than one result for suite {row['suite']} (a run dir, or a checkpoint "
+                                   "scored twice?): name a checkpoint dir, e.g. DIR/checkpoint-N, or one results "
+                                   f"file, e.g. {row['path']}")
             by_suite[row["suite"]] = Path(row["path"])
         results.append(by_suite)
     pairs = [(results[0][suite], results[1][suite]) for suite in results[0] if suite in results[1]]

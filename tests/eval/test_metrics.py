@@ -439,3 +439,11 @@ def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_d
         (ckpt / "eval_results.json").write_text(json.dumps({**data, "suite": suite}))
     assert compare.main([str(before), str(after), "--changes"]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == out[1:]
+
+    # a checkpoint scored twice on the suite (other settings): the directory is ambiguous, its files are not
+    data = json.loads((after / "eval_results.json").read_text())
+    (after / "eval_results_timeout1.json").write_text(json.dumps({**data, "settings": {"agent_timeout_multiplier": 1}}))
+    assert compare.main([str(before), str(after), "--changes"]) == 2
+    assert "or one results file, e.g. " in capsys.readouterr().err
+    assert compare.main([str(before), str(after / "eval_results_timeout1.json"), "--changes"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == out[1:]
