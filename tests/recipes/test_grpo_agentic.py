@@ -219,6 +219,15 @@ def test_the_learning_start_config_parses_through_the_recipes_parser():
     tasks_per_step = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps // grpo.num_generations
     assert tasks.generate_n >= grpo.max_steps * tasks_per_step  # no train task drawn twice: every step on new tasks
     assert grpo.output_dir == "outputs/grpo-agentic-learn" and grpo.use_cpu
+    # the episode limit counts the sandbox's seconds unless the run asks for the wall, and a bad clock is one line
+    assert tasks.limits().episode_clock == "environment"
+    tasks.episode_clock = "wall"
+    assert tasks.limits().episode_clock == "wall"
+    tasks.episode_clock = "cpu"
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="episode limits: episode_clock 'cpu': one of environment, wall"):
+        tasks.limits()
 
 
 @pytest.mark.slow
