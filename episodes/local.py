@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import atexit
 import logging
-from contextlib import contextmanager
 import threading
 import time
 import weakref
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
