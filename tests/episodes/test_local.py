@@ -164,16 +164,13 @@ def test_on_the_environment_clock_only_the_sandbox_s_seconds_count(tasks):
     """The default clock: the seconds between calls (the policy writing its next turn, a batch generating) are not
     the episode's, so a slow trainer does not cut its episodes; its commands' seconds still end it."""
     stats = EpisodeStats()
-    env = TaskEnvironment(EpisodeLimits(command_timeout_sec=1, episode_wall_sec=2.5), stats)
+    env = TaskEnvironment(EpisodeLimits(command_timeout_sec=1, episode_wall_sec=5), stats)
     env.reset(task_dir=str(tasks["write-value"]))
-    assert "killed" in env.bash("sleep 5")    # about 1 s of the 2.5
-    time.sleep(3)                              # the policy thinking: on the wall clock the episode would be over
     assert "README.txt" in env.bash("ls")
-    assert "killed" in env.bash("sleep 5")    # about 2 s
-    started = time.monotonic()
-    assert "killed" in env.bash("sleep 5")    # cut at what is left, well under the command's 1 s
-    assert time.monotonic() - started < 0.9
-    assert "time limit" in env.bash("ls")
+    time.sleep(5.5)                            # the policy thinking: on the wall clock the episode would be over
+    assert "README.txt" in env.bash("ls")
+    replies = [env.bash("sleep 5") for _ in range(12)]  # each killed at 1 s: the commands' seconds reach the limit
+    assert "killed" in replies[0] and any("time limit" in reply for reply in replies), replies
     assert episode_reward(env) == 0.0 and stats.ended_by_limit == 1
 
 
