@@ -196,7 +196,6 @@ def test_the_time_limit_ends_the_episode_and_a_duration_never_waits_past_it(task
     assert episode_reward(env) is None and masked.as_dict()["masked_by_kind"] == {"episode_wall_sec": 1}
 
 
-
 @pytest.mark.parametrize("clock", ["environment", "wall"])
 def test_the_seconds_between_turns_count_only_on_the_wall_clock(tasks, clock):
     env = TerminusEnvironment(EpisodeLimits(episode_wall_sec=6.0, episode_clock=clock), EpisodeStats())
@@ -208,6 +207,7 @@ def test_the_seconds_between_turns_count_only_on_the_wall_clock(tasks, clock):
     assert (turn == TerminusTurn(LIMIT_REACHED, True)) == (clock == "wall")
     if clock == "environment":
         assert "two" in turn.observation
+
 
 ATTACKS = {
     "forged reward": [("mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
