@@ -45,6 +45,11 @@ def _load(path: Path) -> dict:
     return data
 
 
+def _suite_of(path: Path, data: dict) -> str:
+    """The suite a results file scored: its own `suite`, else the one its name carries (eval_results_<suite>.json)."""
+    return str(data.get("suite") or path.stem.removeprefix(RESULTS_STEM).strip("_-.") or "?")
+
+
 def collect(dirs: list[str | Path]) -> list[dict]:
     """Rows {"run", "checkpoint", "step", "suite", "agent", "model", "metrics", "path"} of every result found."""
     rows: list[dict] = []
@@ -69,7 +74,7 @@ def collect(dirs: list[str | Path]) -> list[dict]:
                     "run": run_dir.name,
                     "checkpoint": "final" if (ckpts and place == d) else place.resolve().name,
                     "step": _step_of(place, data),
-                    "suite": str(data.get("suite") or path.stem.removeprefix(RESULTS_STEM).strip("_-.") or "?"),
+                    "suite": _suite_of(path, data),
                     "agent": data.get("agent"),
                     "model": data.get("model"),
                     "metrics": data["metrics"],
@@ -288,7 +293,7 @@ def suite_changes(before: str, after: str) -> list[dict]:
     results = []
     for d in (before, after):
         if Path(d).is_file():  # one results file: a checkpoint scored more than once on a suite (other settings)
-            results.append({str(_load(Path(d)).get("suite") or "?"): Path(d)})
+            results.append({_suite_of(Path(d), _load(Path(d))): Path(d)})
             continue
         rows = collect([d])
         by_suite = {}
