@@ -311,11 +311,14 @@ def test_the_harness_sets_the_eval_agent_and_a_conflicting_one_is_refused(tmp_pa
 def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):
     """`make grpo-agentic ARGS="--harness terminus-2"` on the embedded default, plus an eval on save: Terminus-2
     episodes run (the untrained model's answers are parse errors, counted), the summary names the harness, and the
-    checkpoint is scored by Harbor's terminus-2, the harness it was trained in."""
+    checkpoint is scored by Harbor's terminus-2, the harness it was trained in. The untrained model's answers run
+    past `eval_max_tokens`, and Harbor's Terminus-2 asks again without counting a turn until the agent timeout: 0.1
+    of the tasks' 180 s (the trials count, scored 0)."""
     held_out = tmp_path / "held-out"
     generate(held_out, 12, 2, FAMILIES)
     config = agentic_config(tmp_path, max_steps=1, save_strategy="steps", save_steps=1, eval_suites=[str(held_out)],
-                            eval_max_tokens=32, eval_max_turns=2, max_completion_length=96)
+                            eval_max_tokens=32, eval_max_turns=2, eval_agent_timeout_multiplier=0.1,
+                            max_completion_length=96)
     run = launch("recipes/grpo_agentic.py", config, tmp_path, "--harness", "terminus-2")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((tmp_path / "grpo-agentic" / "run_summary.json").read_text())
