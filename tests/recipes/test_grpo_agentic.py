@@ -318,7 +318,7 @@ def test_the_embedded_default_runs_in_the_terminus_2_harness(tmp_path):
     generate(held_out, 12, 2, FAMILIES)
     config = agentic_config(tmp_path, max_steps=1, save_strategy="steps", save_steps=1, eval_suites=[str(held_out)],
                             eval_max_tokens=32, eval_max_turns=2, eval_agent_timeout_multiplier=0.1,
-                            max_completion_length=96, cache_implementation="static")  # the deep config's cache
+                            max_completion_length=96)
     run = launch("recipes/grpo_agentic.py", config, tmp_path, "--harness", "terminus-2")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((tmp_path / "grpo-agentic" / "run_summary.json").read_text())
