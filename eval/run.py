@@ -118,6 +118,8 @@ def harbor_command(settings: EvalSettings, job_name: str, jobs_dir: Path, served
     for key, value in env_kwargs.items():
         command += ["--ek", f"{key}={value}"]
     if served is not None and settings.agent == BASH_TOOL_HARNESS:
+        # the agent calls api_base itself: Harbor's provider mapping would only import LiteLLM (~8 s a job here)
+        command += ["--skip-model-parsing-and-provider-mapping"]
         kwargs = {"api_base": served.base_url, "temperature": settings.temperature, "max_tokens": settings.max_tokens,
                   **({"max_turns": settings.max_turns} if settings.max_turns else {}),
                   **settings.extra_agent_kwargs}

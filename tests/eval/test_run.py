@@ -107,4 +107,5 @@ def test_terminus_2_is_not_summarized_after_its_first_turn_in_a_small_context(tm
                              RemoteModel("http://127.0.0.1:1/v1", "m", max_model_len=context))
     agent_kwargs = [command[i + 1] for i, word in enumerate(command) if word == "--ak"]
     assert f"proactive_summarization_threshold={threshold}" in agent_kwargs
+    assert "--skip-model-parsing-and-provider-mapping" not in command  # Terminus-2 calls the model through LiteLLM
     assert f'"max_input_tokens": {context}' in next(k for k in agent_kwargs if k.startswith("model_info="))

@@ -160,6 +160,8 @@ def test_eval_run_gives_the_agent_terminus_2s_model_settings(tmp_path):
     assert command[command.index("-m") + 1] == "hosted_vllm/ckpt"
     kwargs = [command[i + 1] for i, arg in enumerate(command) if arg == "--ak"]
     assert kwargs == ["api_base=http://127.0.0.1:9/v1", "temperature=0.2", "max_tokens=64", "max_turns=5"]
+    # the agent calls api_base itself, so Harbor maps no provider (that mapping imports LiteLLM: ~8 s a job)
+    assert "--skip-model-parsing-and-provider-mapping" in command
     # the recipes' eval_agent key: one definition, so the callback's evals take the same agent
     arguments = EvalArguments(eval_suites=["builtin:terminal"], eval_agent="bash-tool")
     assert choice_error(arguments.settings("builtin:terminal")) is None
