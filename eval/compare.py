@@ -2,11 +2,12 @@
 Runs in: the training venv (matplotlib for the plot); reads the eval_results*.json files eval.run writes.
 
     python -m eval.compare DIR... [--out report.png] [--json] [--by_family]
-    python -m eval.compare CHECKPOINT_A CHECKPOINT_B --changes [--json]   # either may be one eval_results*.json
+    python -m eval.compare CHECKPOINT_A CHECKPOINT_B [A2 B2 ...] --changes [--json]   # each may be one eval_results*.json
 
 Each DIR is a run output dir or a checkpoint dir. `--json` prints the rows instead of the table; `--by_family`
 adds the mean reward per family of generated tasks; `--changes` lists, per suite both were scored on, the tasks whose
-score changed from A to B and the first command where their agents differ (eval/task_changes.py). Exit status 2, with
+score changed from A to B and the first command where their agents differ, with a sign test on the tasks gained
+against those lost; several pairs (each seed's start and end) are also pooled (eval/task_changes.py). Exit status 2, with
 one line on stderr, when a DIR is missing or holds no eval results. More: docs/evaluation.md#comparing-runs-evalcomparepy.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from common.checkpoints import checkpoints, global_step, step_from_name
 from eval.results import RESULTS_FILE, RESULTS_GLOB
-from eval.task_changes import changes, format_changes
+from eval.task_changes import changes, format_changes, format_pooled, pooled
 
 RESULTS_STEM = Path(RESULTS_FILE).stem  # eval_results: a suite's file is eval_results_<suite>.json
 
@@ -322,21 +323,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--by_family", action="store_true", help="also the mean reward per generated task family")
     parser.add_argument("--changes", action="store_true",
-                        help="two DIRs: the tasks whose score changed from the first to the second, and where")
+                        help="DIRs in pairs (A B [A2 B2 ...]: each seed's start and end): the tasks whose score "
+                             "changed from A to B, and where; with several pairs, all of them pooled")
     args = parser.parse_args(argv)
     if args.changes:
-        if len(args.dirs) != 2:
-            parser.error(f"--changes compares two checkpoint dirs, got {len(args.dirs)}")
+        if len(args.dirs) % 2:
+            parser.error(f"--changes compares checkpoint dirs in pairs (A B, or A B A2 B2 ...), got {len(args.dirs)}")
         try:
-            reports = suite_changes(*args.dirs)
+            pairs = [suite_changes(a, b) for a, b in zip(args.dirs[::2], args.dirs[1::2])]
         except CompareError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        if args.json:
-            json.dump(reports, sys.stdout, indent=2)
+        every = [report for reports in pairs for report in reports]
+        if args.json:  # one pair: its reports (one per suite); several: each pair's, and the pooled counts
+            json.dump(pairs[0] if len(pairs) == 1 else {"pairs": pairs, "pooled": pooled(every)}, sys.stdout, indent=2)
             print()
         else:
-            print("\n\n".join("\n".join(format_changes(report)) for report in reports))
+            print("\n\n".join("\n".join(format_changes(report)) for report in every))
+            if len(every) > 1:
+                print(f"\n{format_pooled(pooled(every))}")
         return 0
     try:
         rows = collect(args.dirs)

@@ -413,7 +413,8 @@ def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_d
                                "make-link-error": (1.0, None), "git-move-commits": (0.0, None)}, edit=mistype)
     assert compare.main([str(before), str(after), "--changes"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("1 lost, 1 gained, 1 scored on one side only, 1 unchanged (of 4 tasks in both)"), out
+    assert out[0].endswith("1 lost, 1 gained, 1 scored on one side only, 1 unchanged (of 4 tasks in both); sign test "
+                           "p = 1"), out
     assert out[1].startswith("  lost   csv-pipeline: 1 -> 0; action 2: awk -F',' 'NF!=7 {print"), out
     assert "->  awk -F',' 'NF!=5 {print" in out[1], out
     # an infrastructure failure on one side is neither a loss nor a gain
@@ -426,12 +427,25 @@ def test_compare_changes_names_each_task_that_moved_and_the_first_command_that_d
     lost = report["changed"][0]
     assert (lost["task"], lost["difference"]["index"]) == ("csv-pipeline", 1)
     assert "NF!=5" in lost["difference"]["to"] and "NF!=7" in lost["difference"]["from"]
+    assert report["sign_test_p"] == 1.0
+
+    # several seeds: a pair of checkpoints each, and the tasks of all pairs pooled under them
+    assert compare.main([str(before), str(after), str(after), str(before), str(before), str(after), "--changes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == out[0] and lines[-1] == ("pooled over 3 comparisons: 3 lost, 3 gained, 3 scored on one side "
+                                                "only, 3 unchanged (of 12 tasks in both); sign test p = 1"), lines
+    assert compare.main([str(before), str(after), str(before), str(after), "--changes", "--json"]) == 0
+    several = json.loads(capsys.readouterr().out)
+    assert [len(pair) for pair in several["pairs"]] == [1, 1]
+    assert several["pooled"] == {"comparisons": 2, "tasks_in_both": 8, "lost": 2, "gained": 2, "unscored": 2,
+                                 "unchanged": 2, "sign_test_p": 1.0}
 
     # a run dir holds a result per checkpoint: which one is meant must be named
     assert compare.main([str(tmp_path / "run"), str(after), "--changes"]) == 2
     assert "name a checkpoint dir" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit):  # not in pairs
         compare.main([str(before), str(after), str(after), "--changes"])
+    assert "in pairs (A B, or A B A2 B2 ...), got 3" in capsys.readouterr().err
 
     # two runs, each scored on its own copy of the suite: matched by the suite's folder name
     for ckpt, suite in ((before, "outputs/run-a/heldout"), (after, "outputs/run-b/heldout")):
