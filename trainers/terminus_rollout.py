@@ -27,9 +27,10 @@ def terminus_rollout(prompts: list, trainer, max_turn_tokens: int | None = None)
     """TRL's rollout_func: one Terminus-2 episode per entry of `prompts` (the per-process slice, each task repeated
     num_generations times), in `trainer.environments` (reset by TRL with the row). `max_turn_tokens`: the most tokens
     of one response (the eval's per-call `max_tokens`); a response cut there runs nothing and is answered with
-    Terminus-2's output-limit message, as Harbor's agent answers a reply cut at the model's max_tokens. Returns
-    prompt_ids, completion_ids, env_mask, logprobs (vLLM's, 0.0 on observation tokens; None on the transformers path)
-    and, for the reward and the logs, `turns` and `ended` (why each episode stopped)."""
+    Terminus-2's output-limit message, as Harbor's agent answers a reply cut at the model's max_tokens, within the same
+    turn (it spends the token budget, not max_tool_calling_iterations). Returns prompt_ids, completion_ids, env_mask,
+    logprobs (vLLM's, 0.0 on observation tokens; None on the transformers path) and, for the reward and the logs,
+    `turns` (as Harbor counts them) and `ended` (why each episode stopped)."""
     environments = trainer.environments
     if environments is None or len(environments) != len(prompts):
         raise RuntimeError("terminus_rollout needs one environment per prompt: pass environment_factory too")
@@ -65,12 +66,14 @@ def terminus_rollout(prompts: list, trainer, max_turn_tokens: int | None = None)
             env_mask[i] += [1] * len(ids)
             if logprobs is not None:
                 logprobs[i] += list(sampled_logprobs[k])[:room]
-            turns[i] += 1
             if len(ids) < len(sampled[k]) or len(completion_ids[i]) >= budget:
+                turns[i] += 1
                 ended[i] = "max_completion_length"  # cut mid-response: verified as it stands, the cut turn not run
                 continue
             texts[i] = tokenizer.decode(ids, skip_special_tokens=True)
             cut[i] = not ids or ids[-1] not in eos  # stopped at max_turn_tokens: its end-of-turn is not sampled
+            # Harbor's Terminus-2 asks again within the same turn after a cut response: no turn of max_turns spent
+            turns[i] += not cut[i]
             still.append(i)
 
         def step(i: int) -> TerminusTurn:

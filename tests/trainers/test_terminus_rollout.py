@@ -153,15 +153,17 @@ def test_an_episode_cut_by_the_token_budget_is_verified_as_it_stands(tmp_path, t
 def test_a_response_cut_at_the_per_turn_cap_runs_nothing_and_is_told_so_as_harbor_tells_it(tmp_path, task):
     """A first response longer than max_turn_tokens (the evals' max_tokens) stops there: nothing of it runs, the
     end-of-turn token the template closes it with follows untrained, and the next message is Terminus-2's output-limit
-    message; the episode goes on and solves the task."""
+    message; the episode goes on and solves the task. As in Harbor, the question asked again is the same turn: the
+    three turns after it fit a limit of three (two screens fed back), the cut response not among them."""
     long = action_text({**task.first_action(), "analysis": "x " * 400})
 
     def responses_for(rendered, turn, position):
         return [long, *solving(task)][turn]
 
-    trainer, stats, rollouts, _ = scripted_trainer(tmp_path, responses_for, max_turn_tokens=200)
+    trainer, stats, rollouts, _ = scripted_trainer(tmp_path, responses_for, max_turn_tokens=200, max_observations=2)
     trainer.train()
     tokenizer = trainer.processing_class
+    assert rollouts[0]["turns"] == [3, 3]
     for ids, mask, ended in zip(rollouts[0]["completion_ids"], rollouts[0]["env_mask"], rollouts[0]["ended"]):
         assert ended == "done" and ids[200] == tokenizer.eos_token_id and mask[:201] == [1] * 200 + [0]
         untrained = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
