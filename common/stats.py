@@ -1,4 +1,4 @@
-"""Percentiles the servers report (latencies, sandbox seconds), and the sign test of eval.compare --changes.
+"""Percentiles the servers and trainers report, and the sign test of `eval.compare --changes`.
 Runs in: the training venv (standard library only).
 """
 

@@ -6,7 +6,7 @@ the tasks whose reward changed (lost, gained), and for each the first command at
 (Harbor's `<trial>/agent/trajectory.json`, or its rounds' in order: Terminus-2's keystrokes, the bash tool's
 command). A checkpoint that writes `echo Oslo > city.txt` where the other wrote `echo Graz > city.txt` after the same
 three looks has kept the looking and lost the value it looked up (docs/learn.md reads agentic GRPO's fall this way).
-Beside the counts, a sign test: with 2 tasks lost and none gained, p = 0.5, a move one rerun of training can undo;
+Beside the counts, a sign test: 2 tasks lost and none gained is p = 0.5, a split a fair coin makes half the time;
 `pooled` adds up the comparisons of several seeds, for a claim across them.
 """
 
