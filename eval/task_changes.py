@@ -82,8 +82,8 @@ def direction(before, after) -> str:
 
 
 def changes(before: Path, after: Path) -> dict:
-    """{"before", "after", "tasks_in_both", "lost", "gained", "unscored", "sign_test_p", "changed": [{"task",
-    "direction", "from", "to", "exceptions", "difference"}]} between two results files of one suite."""
+    """{"before", "after", "tasks_in_both", "lost", "gained", "unscored", "unchanged", "sign_test_p", "changed":
+    [{"task", "direction", "from", "to", "exceptions", "difference"}]} between two results files of one suite."""
     a, b = _trials(before), _trials(after)
     rows = []
     for task in sorted(set(a) & set(b)):
@@ -94,29 +94,30 @@ def changes(before: Path, after: Path) -> dict:
                      "exceptions": [a[task].get("exception"), b[task].get("exception")],
                      "difference": first_difference(trial_commands(a[task]), trial_commands(b[task]))})
     count = {kind: sum(1 for r in rows if r["direction"] == kind) for kind in ("lost", "gained", "unscored")}
-    return {"before": str(before), "after": str(after), "tasks_in_both": len(set(a) & set(b)), **count,
-            "sign_test_p": sign_test_p(count["gained"], count["lost"]), "changed": rows}
+    in_both = len(set(a) & set(b))
+    return {"before": str(before), "after": str(after), "tasks_in_both": in_both, **count,
+            "unchanged": in_both - len(rows), "sign_test_p": sign_test_p(count["gained"], count["lost"]),
+            "changed": rows}
 
 
 def pooled(reports: list[dict]) -> dict:
     """The tasks of several comparisons together (one per seed: each run's start against its end): {"comparisons",
     "tasks_in_both", "lost", "gained", "unscored", "unchanged", "sign_test_p"}. Each task counts once per comparison,
     so a gain on one seed and a loss on another cancel, as they should in a claim across seeds."""
-    total = {kind: sum(r[kind] for r in reports) for kind in ("tasks_in_both", "lost", "gained", "unscored")}
-    unchanged = total["tasks_in_both"] - sum(len(r["changed"]) for r in reports)
-    return {"comparisons": len(reports), **total, "unchanged": unchanged,
-            "sign_test_p": sign_test_p(total["gained"], total["lost"])}
+    total = {kind: sum(r[kind] for r in reports)
+             for kind in ("tasks_in_both", "lost", "gained", "unscored", "unchanged")}
+    return {"comparisons": len(reports), **total, "sign_test_p": sign_test_p(total["gained"], total["lost"])}
 
 
-def _counts(report: dict, unchanged: int) -> str:
+def _counts(report: dict) -> str:
     unscored = f", {report['unscored']} scored on one side only" if report["unscored"] else ""
-    return (f"{report['lost']} lost, {report['gained']} gained{unscored}, {unchanged} unchanged (of "
+    return (f"{report['lost']} lost, {report['gained']} gained{unscored}, {report['unchanged']} unchanged (of "
             f"{report['tasks_in_both']} tasks in both); sign test p = {report['sign_test_p']:.2g}")
 
 
 def format_pooled(report: dict) -> str:
     """The line `eval.compare --changes` prints under several comparisons."""
-    return f"pooled over {report['comparisons']} comparisons: {_counts(report, report['unchanged'])}"
+    return f"pooled over {report['comparisons']} comparisons: {_counts(report)}"
 
 
 def _score(reward) -> str:
@@ -142,7 +143,7 @@ def _pair(a: str | None, b: str | None) -> tuple[str, str]:
 
 def format_changes(report: dict) -> list[str]:
     """The lines `eval.compare --changes` prints for one suite."""
-    lines = [f"{report['before']} -> {report['after']}: {_counts(report, report['tasks_in_both'] - len(report['changed']))}"]
+    lines = [f"{report['before']} -> {report['after']}: {_counts(report)}"]
     for row in report["changed"]:
         exc = [f" ({e})" if e else "" for e in row["exceptions"]]
         what = f"{row['direction']:<6}"
